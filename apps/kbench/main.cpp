@@ -1,0 +1,40 @@
+// kbench main: one subcommand per benchmark (see kbench.h). Bad arguments exit 2.
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "apps/kbench/kbench.h"
+
+namespace lt::kbench {
+std::vector<Command>& command_table() {
+  static std::vector<Command> table;
+  return table;
+}
+}  // namespace lt::kbench
+
+int main(int argc, char** argv) {
+  CLI::App app{"kbench: lintrain kernel and stage benchmarks (medians over many iterations after warm-up)"};
+  app.require_subcommand(1);
+  auto& table = lt::kbench::command_table();
+  std::vector<std::function<int()>> runs(table.size());
+  std::vector<CLI::App*> subs;
+  for (size_t i = 0; i < table.size(); ++i) {
+    CLI::App* sub = app.add_subcommand(table[i].name, table[i].help);
+    table[i].setup(*sub, runs[i]);
+    subs.push_back(sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    for (size_t i = 0; i < subs.size(); ++i)
+      if (subs[i]->parsed() && runs[i]) return runs[i]();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kbench: error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
