@@ -14,7 +14,6 @@ struct Atlas {
   std::mutex mutex;
   // std::map nodes never move, so a thread may cache a pointer to its counter.
   std::map<std::string, std::unique_ptr<std::atomic<int64_t>>> counters;
-  std::atomic<uint64_t> generation{0};
   StageListener listener;
 };
 Atlas& atlas() {
@@ -24,8 +23,7 @@ Atlas& atlas() {
 
 struct ThreadStage {
   std::string path;
-  std::atomic<int64_t>* counter = nullptr;   // counter of `path`, cached
-  uint64_t generation = ~uint64_t{0};
+  std::atomic<int64_t>* counter = nullptr;   // counter of `path`, cached until the path changes
 };
 thread_local ThreadStage t_stage;
 
@@ -67,11 +65,7 @@ StageScope::~StageScope() {
 }
 
 void count_launch(int64_t n) {
-  uint64_t gen = atlas().generation.load(std::memory_order_acquire);
-  if (t_stage.counter == nullptr || t_stage.generation != gen) {
-    t_stage.counter = counter_for(t_stage.path);
-    t_stage.generation = gen;
-  }
+  if (t_stage.counter == nullptr) t_stage.counter = counter_for(t_stage.path);
   t_stage.counter->fetch_add(n, std::memory_order_relaxed);
 }
 
@@ -86,6 +80,7 @@ std::vector<StageLaunches> launch_atlas() {
   return out;
 }
 
+// Counters are zeroed, never erased, so pointers cached by threads stay valid.
 void reset_launch_atlas() {
   Atlas& a = atlas();
   std::lock_guard<std::mutex> lock(a.mutex);
