@@ -1,0 +1,86 @@
+// Devices and streams of the tensor runtime.
+//
+//   lt::Device d = lt::cuda_available() ? lt::Device::cuda(0) : lt::Device::cpu();
+//   lt::Stream s = lt::current_stream(d);          // default stream unless set
+//   { lt::StreamGuard g(lt::Stream::create(d));    // ops on d now enqueue on the new stream
+//     ... }                                        // previous current stream restored
+//   lt::synchronize(d);                            // waits for all work on d
+//
+// Every op runs on the current stream of its tensors' device (per thread, per device).
+// The CPU backend executes synchronously; its "stream" is a placeholder with id 0.
+// Without a usable GPU (no CUDA in the build, no device, driver error) cuda_available()
+// is false and logs one line saying why, once per process; callers then use the CPU.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+
+namespace lt {
+
+enum class DeviceType : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = -1;  // -1 for the CPU, >= 0 for a CUDA device
+
+  static constexpr Device cpu() { return Device{DeviceType::cpu, -1}; }
+  static constexpr Device cuda(int i = 0) { return Device{DeviceType::cuda, i}; }
+  constexpr bool is_cpu() const { return type == DeviceType::cpu; }
+  constexpr bool is_cuda() const { return type == DeviceType::cuda; }
+  constexpr bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0"
+  // Parses "cpu", "cuda", "cuda:N"; throws std::invalid_argument naming the string.
+  static Device parse(const std::string& s);
+};
+std::ostream& operator<<(std::ostream& os, const Device& d);
+
+// True when this build has CUDA and at least one device works. Checked once; when false
+// the first call logs one line ("CUDA unavailable (...): using the CPU backend").
+bool cuda_available();
+int cuda_device_count();        // 0 without CUDA
+Device default_device();        // cuda:0 when cuda_available(), else cpu
+
+// A stream on a device. Copyable handle; streams made with create() are destroyed when
+// the last handle goes away (after the caller is done with them: no implicit sync).
+class Stream {
+ public:
+  Stream() = default;                              // the CPU placeholder stream
+  static Stream default_stream(Device device);     // legacy default stream (id 0)
+  static Stream create(Device device);             // a new non-blocking CUDA stream
+  Device device() const { return device_; }
+  // The cudaStream_t as an integer (0 = default stream; 0 on the CPU). Same value as
+  // lt::alloc::StreamId, so it can be passed to the caching allocator directly.
+  uintptr_t id() const { return id_; }
+  void* handle() const { return reinterpret_cast<void*>(id_); }  // cast to cudaStream_t
+  void synchronize() const;                        // no-op on the CPU
+  bool operator==(const Stream& o) const { return device_ == o.device_ && id_ == o.id_; }
+
+ private:
+  Device device_ = Device::cpu();
+  uintptr_t id_ = 0;
+  std::shared_ptr<void> owner_;  // destroys a created stream
+};
+
+// Current stream of `device` on this thread (default stream unless set).
+Stream current_stream(Device device);
+void set_current_stream(const Stream& stream);
+
+// RAII: makes `stream` current for its device; restores the previous one on exit.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream previous_;
+};
+
+// Waits for all work on `device` (cudaDeviceSynchronize; no-op on the CPU).
+void synchronize(Device device);
+// Sets the calling thread's CUDA device (cudaSetDevice) when `device` is CUDA.
+void set_device(Device device);
+
+}  // namespace lt

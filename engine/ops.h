@@ -1,0 +1,158 @@
+// Runtime ops: the simple tensor operations the ops paths, layers and tests compose.
+//
+// Common rules (every op below unless it says otherwise)
+// * Backends: CPU and CUDA. Inputs must be on the same device (error names the devices);
+//   the op runs on that device's current stream (engine/device.h).
+// * Dtypes: "float" = f32, f64, bf16, f16. bf16/f16 compute in f32 and round the result
+//   (round-to-nearest-even); f64 computes and accumulates in f64; f32 accumulates in f32
+//   except where noted. Mixed dtypes are an error (convert first with Tensor::to(dtype)).
+// * Broadcasting (numpy rules): shapes are aligned from the right; two sizes are
+//   compatible when equal or one of them is 1; missing leading dims count as 1. The
+//   output has the broadcast shape. E.g. [B,T,H,D] + [H,D] -> [B,T,H,D];
+//   [B,T,H,1] * [B,T,H,D] -> [B,T,H,D]; [2,3] + [4] -> error "add: cannot broadcast [2, 3]
+//   with [4]".
+// * Strides: inputs may be any strided view (transposed, narrowed, expanded); up to 8 dims.
+// * Outputs are fresh contiguous tensors, except the `*_out` forms and copy_, which write
+//   into a given tensor (any strided view of the right shape and dtype, no overlap with
+//   inputs unless it is exactly the same view, i.e. in place).
+// * Dims may be negative (-1 = last). Bad shapes/dims throw std::invalid_argument naming
+//   the op and the shapes.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace lt::ops {
+
+// ---- elementwise binary (float dtypes; broadcasting) ----------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+// out = a (op) b, out must have the broadcast shape and a's dtype. out may be `a` itself
+// (in place, e.g. add_out(g, g, dg) accumulates a gradient).
+void add_out(Tensor& out, const Tensor& a, const Tensor& b);
+void sub_out(Tensor& out, const Tensor& a, const Tensor& b);
+void mul_out(Tensor& out, const Tensor& a, const Tensor& b);
+void div_out(Tensor& out, const Tensor& a, const Tensor& b);
+// a += b in place (b broadcasts to a's shape). Returns a.
+Tensor& add_(Tensor& a, const Tensor& b);
+
+// ---- scalar forms (float dtypes) -------------------------------------------------------
+Tensor add_scalar(const Tensor& x, double s);     // x + s
+Tensor mul_scalar(const Tensor& x, double s);     // x * s
+Tensor rsub_scalar(const Tensor& x, double s);    // s - x
+Tensor pow_scalar(const Tensor& x, double p);     // x^p (std::pow semantics)
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+// ---- unary (float dtypes) --------------------------------------------------------------
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sigmoid(const Tensor& x);      // 1 / (1 + exp(-x)), computed without overflow
+Tensor softplus(const Tensor& x);     // log(1 + exp(x)); x > 20 returns x (fla's threshold)
+Tensor silu(const Tensor& x);         // x * sigmoid(x)
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);        // 1 / sqrt(x)
+Tensor square(const Tensor& x);       // x * x
+Tensor abs(const Tensor& x);
+Tensor relu(const Tensor& x);         // max(x, 0)
+Tensor tanh(const Tensor& x);
+// Same functions writing into an existing tensor of x's shape and dtype (in place allowed).
+enum class UnaryOp : uint8_t { neg, exp, log, sigmoid, softplus, silu, sqrt, rsqrt, square, abs, relu, tanh };
+void unary_out(UnaryOp op, Tensor& out, const Tensor& x);
+
+// where(cond, a, b): cond != 0 ? a : b, elementwise with broadcasting over all three.
+// cond is any dtype (nonzero = true); a and b share a float dtype.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- reductions (float dtypes) ---------------------------------------------------------
+// Along dim d; keepdim keeps it with size 1. Accumulation: f64 for f64 inputs, f32
+// otherwise (bf16/f16 inputs give bf16/f16 outputs, accumulated in f32).
+Tensor sum(const Tensor& x, int64_t d, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t d, bool keepdim = false);   // NaN propagates
+Tensor mean(const Tensor& x, int64_t d, bool keepdim = false);
+Tensor sum_all(const Tensor& x);   // shape {} (rank 0), x's dtype
+// Reduces a broadcast result back to `shape` (summing over the broadcast dims): the
+// backward of broadcasting. `shape` must broadcast to x.shape().
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- scan (float dtypes) --------------------------------------------------------------
+// Inclusive cumulative sum along dim d: y_i = sum_{j<=i} x_j; reverse: y_i = sum_{j>=i} x_j.
+// Sequential per line; accumulates in f64 for f64, f32 otherwise. A chunk-local cumsum over
+// T in chunks of C is cumsum(x.view({B, NT, C, ...}), 2).
+Tensor cumsum(const Tensor& x, int64_t d, bool reverse = false);
+
+// ---- matmul ----------------------------------------------------------------------------
+// C[..., M, N] = op(A) op(B), op(A) = A or A^T of the last two dims.
+//   a: [..., M, K] ([..., K, M] with trans_a);  b: [..., K, N] ([..., N, K] with trans_b)
+// Leading (batch) dims: equal in a and b, or one operand is 2-D and is reused for every
+// batch (e.g. x[B,T,D] @ W[D,E]). No other broadcasting.
+// Dtypes: f32 (CUDA: cuBLAS SGEMM, fp32 accumulation, no TF32), f64 (CUDA: a simple tiled
+// kernel; f64 accumulation), bf16 and f16 (CUDA: cublasGemmStridedBatchedEx, fp32 compute;
+// output in the input dtype). The CPU loops accumulate in f64 for every dtype, then round.
+// Strides: operands whose last two dims are row-major or column-major with a uniform
+// batch stride are used in place; others are copied to contiguous first (transparent).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// out = alpha * op(A) op(B) + beta * out. out: contiguous [..., M, N], same dtype.
+// beta = 1 accumulates (dW += x^T dy). With beta == 0 out's old contents are ignored.
+void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false,
+                bool trans_b = false, double alpha = 1.0, double beta = 0.0);
+
+// ---- triangular (float dtypes) ---------------------------------------------------------
+// Over the last two dims [..., R, C]: tril keeps x[..., i, j] iff j - i <= diagonal,
+// triu keeps it iff j - i >= diagonal; other elements become 0.
+// (M_<= = tril(., 0), strict M_< = tril(., -1).)
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// Identity matrix [n, n].
+Tensor eye(int64_t n, DType dtype = DType::f32, Device device = Device::cpu());
+
+// X = L^{-1} B (transpose = false) or X = L^{-T} B (transpose = true), L unit lower
+// triangular: only the strict lower triangle of L is read (the diagonal is taken as 1,
+// the upper triangle ignored). L: [..., C, C], B: [..., C, N] with the same leading dims.
+// Forward (or backward for transpose) substitution per column, accumulating in f64 for f64
+// and f32 otherwise. f32 and f64 (bf16: convert first). Output contiguous [..., C, N].
+// The UT transform T = (I + A)^{-1} for strictly lower A is solve_unit_lower(A, eye(C)).
+Tensor solve_unit_lower(const Tensor& L, const Tensor& B, bool transpose = false);
+
+// ---- normalisation (float dtypes) ------------------------------------------------------
+// L2 norm over the last dim: rstd = 1 / sqrt(sum_d x_d^2 + eps), y = x * rstd.
+// Returns {y [..., D], rstd [...] (x's shape without the last dim)}; accumulates in f32
+// (f64 for f64). fla's KDA uses eps = 1e-6.
+std::pair<Tensor, Tensor> l2norm(const Tensor& x, double eps);
+// dx = rstd * (dy - (dy . y) y), with y and rstd from l2norm.
+Tensor l2norm_backward(const Tensor& dy, const Tensor& y, const Tensor& rstd);
+
+// ---- shape ops (any dtype) -------------------------------------------------------------
+// Pads dim d with `before` and `after` elements of `value` (both >= 0). The mixers pad T
+// up to a multiple of the chunk: pad(x, 1, 0, NT*C - T). Undo with Tensor::narrow.
+Tensor pad(const Tensor& x, int64_t d, int64_t before, int64_t after, double value = 0.0);
+// Concatenates along dim d; all other dims equal; same dtype and device.
+Tensor cat(const std::vector<Tensor>& xs, int64_t d);
+// Fresh contiguous copy in `dtype` (same as x.to(dtype) but always copies). f32 -> bf16/f16
+// round to nearest even (NaN stays NaN, overflow -> inf); f64 -> bf16/f16 rounds via f32
+// (as PyTorch does); float -> int truncates toward zero; int -> float rounds to nearest.
+Tensor convert(const Tensor& x, DType dtype);
+
+// ---- random (float dtypes) -------------------------------------------------------------
+// Counter-based Philox4x32-10: element i (row-major logical index) of the result is a
+// pure function of (seed, offset, i); CPU and CUDA give bit-identical values. Advance
+// `offset` by at least numel between calls to get fresh numbers (any distinct offsets
+// with non-overlapping [offset, offset + numel) ranges give independent streams).
+// uniform: [lo, hi) before rounding to the dtype (rounding may give hi). normal: Box-Muller.
+void uniform_(Tensor& x, uint64_t seed, uint64_t offset, double lo = 0.0, double hi = 1.0);
+void normal_(Tensor& x, uint64_t seed, uint64_t offset, double mean = 0.0, double std = 1.0);
+Tensor rand(const Shape& shape, uint64_t seed, uint64_t offset = 0, DType dtype = DType::f32,
+            Device device = Device::cpu());
+Tensor randn(const Shape& shape, uint64_t seed, uint64_t offset = 0, DType dtype = DType::f32,
+             Device device = Device::cpu());
+
+// ---- comparisons for tests -------------------------------------------------------------
+// max |a - b| and max |a - b| / max(max |b|, tiny) over all elements (host, f64).
+double max_abs_diff(const Tensor& a, const Tensor& b);
+double max_rel_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace lt::ops
