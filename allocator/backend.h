@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 
 namespace lt::alloc {
 
@@ -81,6 +82,7 @@ class HostBackend final : public Backend {
  private:
   size_t capacity_;
   size_t used_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
   EventId next_event_ = 1;
 };
 

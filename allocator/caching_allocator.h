@@ -30,6 +30,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "allocator/backend.h"
+#include "allocator/pickle.h"
 
 namespace lt::alloc {
 
@@ -98,6 +99,9 @@ struct TraceEvent {
   int64_t step = 0;           // set_step() value when the event happened
   std::string stage;          // lt::alloc::stage_tag() when the event happened
   int64_t time_us = 0;        // microseconds since the epoch (system clock)
+  int64_t allocated_bytes = 0;  // stats.allocated_bytes.current after the event
+  int64_t reserved_bytes = 0;   // stats.reserved_bytes.current after the event
+  int64_t device_free = -1;     // oom: free bytes the backend reported (-1 unknown)
 };
 
 // State of one block / segment for snapshots (torch.cuda.memory._snapshot() schema).
@@ -219,7 +223,7 @@ class Buffer {
   explicit operator bool() const { return data_ != nullptr; }
   CachingAllocator* allocator() const { return owner_; }
   void record_stream(StreamId stream);   // see CachingAllocator::record_stream
-  void reset();                          // frees now
+  void reset() noexcept;                 // frees now (aborts with a message on misuse)
   void* release();                       // gives up ownership; caller frees via allocator()
 
  private:
