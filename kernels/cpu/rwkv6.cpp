@@ -1,0 +1,491 @@
+// RWKV6 on the CPU: the naive recurrence (ground truth, float64 capable) and the CPU twins
+// of the fused CUDA stages (kernels/cuda/rwkv6.cu). Math, shapes and accumulation rules:
+// kernels/rwkv6.h. The twins mirror the CUDA kernels' factorisation (16-row blocks,
+// references at block edges, Horner products of block decays, elementwise exponentials on
+// the diagonal blocks) so a mistake in that algebra shows up here, on the CPU, first.
+#include "kernels/rwkv6.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lt::rwkv6 {
+namespace {
+
+constexpr int64_t kBlock = 16;  // BC: rows per sub-block (the factorisation's granularity)
+
+void check_dims(const Dims& d) {
+  if (d.B < 1 || d.T < 1 || d.H < 1 || d.D < 1)
+    throw std::invalid_argument("rwkv6: bad dims B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
+                                " H=" + std::to_string(d.H) + " D=" + std::to_string(d.D));
+  if (d.chunk != 16 && d.chunk != 32 && d.chunk != 64)
+    throw std::invalid_argument("rwkv6: chunk must be 16, 32 or 64, got " + std::to_string(d.chunk));
+}
+
+// Index of element (b, t, h, i) in a [B, T, H, D] tensor.
+inline int64_t tok(const Dims& d, int64_t b, int64_t t, int64_t h, int64_t i) {
+  return ((b * d.T + t) * d.H + h) * d.D + i;
+}
+// Offset of the [D, D] state of chunk n of (b, h) in a [B, H, NT, D, D] tensor.
+inline int64_t st(const Dims& d, int64_t b, int64_t h, int64_t n) {
+  return ((b * d.H + h) * d.num_chunks() + n) * d.D * d.D;
+}
+
+// One chunk's gates and operand tiles, rows [0, C) with rows >= L zero-padded (w by 0).
+template <class F>
+struct ChunkGates {
+  int64_t C, D, L, NB;
+  std::vector<F> w, gi, ge;      // [C, D]
+  std::vector<F> gamma;          // [D]
+  std::vector<F> gs, gend, eW;   // [NB, D]: block start reference, block end, e^{block decay}
+
+  ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n)
+      : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock),
+        w(C * D, F(0)), gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D) {
+    for (int64_t r = 0; r < L; ++r)
+      for (int64_t i = 0; i < D; ++i) w[r * D + i] = wp[tok(d, b, n * C + r, h, i)];
+    for (int64_t i = 0; i < D; ++i) {
+      F g = 0;
+      for (int64_t r = 0; r < C; ++r) {  // sequential fp32 (or f64) cumsum, chunk-local
+        g += w[r * D + i];
+        gi[r * D + i] = g;
+        ge[r * D + i] = g - w[r * D + i];
+      }
+      gamma[i] = g;
+      for (int64_t blk = 0; blk < NB; ++blk) {
+        gs[blk * D + i] = blk == 0 ? F(0) : gi[(blk * kBlock - 1) * D + i];
+        gend[blk * D + i] = gi[(blk * kBlock + kBlock - 1) * D + i];
+        eW[blk * D + i] = std::exp(gend[blk * D + i] - gs[blk * D + i]);
+      }
+    }
+  }
+  // m_ij = prod_{j<b<i} e^{W_b} (1 for j = i-1).
+  F m(int64_t i, int64_t j, int64_t c) const {
+    F p = 1;
+    for (int64_t blk = j + 1; blk < i; ++blk) p *= eW[blk * D + c];
+    return p;
+  }
+};
+
+template <class F>
+void load_tile(const Dims& d, const F* x, int64_t b, int64_t h, int64_t n, int64_t L, std::vector<F>& out) {
+  const int64_t C = d.chunk, D = d.D;
+  out.assign(C * D, F(0));
+  for (int64_t r = 0; r < L; ++r)
+    for (int64_t i = 0; i < D; ++i) out[r * D + i] = x[tok(d, b, n * C + r, h, i)];
+}
+
+}  // namespace
+
+// =======================================================================================
+// 1. Naive recurrence
+template <class F>
+void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                   const F* u, const F* h0, F* o, F* ht) {
+  check_dims(d);
+  const int64_t D = d.D;
+  std::vector<F> S(D * D);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h) {
+      for (int64_t i = 0; i < D * D; ++i) S[i] = h0 ? h0[(b * d.H + h) * D * D + i] : F(0);
+      for (int64_t t = 0; t < d.T; ++t) {
+        const F* rt = r + tok(d, b, t, h, 0);
+        const F* kt = k + tok(d, b, t, h, 0);
+        const F* vt = v + tok(d, b, t, h, 0);
+        const F* wt = w + tok(d, b, t, h, 0);
+        F bonus = 0;
+        for (int64_t i = 0; i < D; ++i) bonus += rt[i] * u[h * D + i] * kt[i];
+        for (int64_t j = 0; j < D; ++j) {
+          F acc = bonus * vt[j];
+          for (int64_t i = 0; i < D; ++i) acc += rt[i] * S[i * D + j];
+          o[tok(d, b, t, h, j)] = scale * acc;
+        }
+        for (int64_t i = 0; i < D; ++i) {
+          const F decay = std::exp(wt[i]);
+          for (int64_t j = 0; j < D; ++j) S[i * D + j] = decay * S[i * D + j] + kt[i] * vt[j];
+        }
+      }
+      if (ht)
+        for (int64_t i = 0; i < D * D; ++i) ht[(b * d.H + h) * D * D + i] = S[i];
+    }
+}
+
+template <class F>
+void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                    const F* u, const F* h0, const F* dout, const F* dht, F* dr, F* dk, F* dv,
+                    F* dw, F* du, F* dh0) {
+  check_dims(d);
+  const int64_t D = d.D, T = d.T;
+  std::vector<F> states((T + 1) * D * D);  // states[t] = S_{t-1}
+  std::vector<F> dS(D * D);
+  for (int64_t i = 0; i < d.H * D; ++i) du[i] = 0;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t h = 0; h < d.H; ++h) {
+      for (int64_t i = 0; i < D * D; ++i) states[i] = h0 ? h0[(b * d.H + h) * D * D + i] : F(0);
+      for (int64_t t = 0; t < T; ++t) {
+        const F* kt = k + tok(d, b, t, h, 0);
+        const F* vt = v + tok(d, b, t, h, 0);
+        const F* wt = w + tok(d, b, t, h, 0);
+        const F* Sp = &states[t * D * D];
+        F* Sn = &states[(t + 1) * D * D];
+        for (int64_t i = 0; i < D; ++i) {
+          const F decay = std::exp(wt[i]);
+          for (int64_t j = 0; j < D; ++j) Sn[i * D + j] = decay * Sp[i * D + j] + kt[i] * vt[j];
+        }
+      }
+      for (int64_t i = 0; i < D * D; ++i) dS[i] = dht ? dht[(b * d.H + h) * D * D + i] : F(0);
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const F* rt = r + tok(d, b, t, h, 0);
+        const F* kt = k + tok(d, b, t, h, 0);
+        const F* vt = v + tok(d, b, t, h, 0);
+        const F* wt = w + tok(d, b, t, h, 0);
+        const F* dot = dout + tok(d, b, t, h, 0);
+        const F* Sp = &states[t * D * D];
+        F bonus = 0, dov = 0;
+        for (int64_t i = 0; i < D; ++i) bonus += rt[i] * u[h * D + i] * kt[i];
+        for (int64_t j = 0; j < D; ++j) dov += dot[j] * vt[j];
+        for (int64_t i = 0; i < D; ++i) {
+          F dki = 0, dwi = 0, dri = 0;
+          for (int64_t j = 0; j < D; ++j) {
+            dki += dS[i * D + j] * vt[j];
+            dwi += Sp[i * D + j] * dS[i * D + j];
+            dri += Sp[i * D + j] * dot[j];
+          }
+          const F ui = u[h * D + i];
+          dk[tok(d, b, t, h, i)] = dki + scale * dov * ui * rt[i];
+          dw[tok(d, b, t, h, i)] = std::exp(wt[i]) * dwi;
+          dr[tok(d, b, t, h, i)] = scale * dri + scale * dov * ui * kt[i];
+          du[h * D + i] += scale * dov * rt[i] * kt[i];
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          F dvj = scale * bonus * dot[j];
+          for (int64_t i = 0; i < D; ++i) dvj += dS[i * D + j] * kt[i];
+          dv[tok(d, b, t, h, j)] = dvj;
+        }
+        for (int64_t i = 0; i < D; ++i) {
+          const F decay = std::exp(wt[i]);
+          for (int64_t j = 0; j < D; ++j) dS[i * D + j] = decay * dS[i * D + j] + scale * rt[i] * dot[j];
+        }
+      }
+      if (dh0)
+        for (int64_t i = 0; i < D * D; ++i) dh0[(b * d.H + h) * D * D + i] = dS[i];
+    }
+}
+
+// =======================================================================================
+// 2. CPU twins of the CUDA stages
+template <class F>
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht) {
+  check_dims(d);
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  std::vector<F> S(D * D), kd, vt;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh) {
+      for (int64_t i = 0; i < D * D; ++i) S[i] = h0 ? h0[(b * d.H + hh) * D * D + i] : F(0);
+      for (int64_t n = 0; n < NT; ++n) {
+        ChunkGates<F> g(d, w, b, hh, n);
+        std::copy(S.begin(), S.end(), h + st(d, b, hh, n));
+        load_tile(d, k, b, hh, n, g.L, kd);
+        load_tile(d, v, b, hh, n, g.L, vt);
+        for (int64_t r = 0; r < C; ++r)  // k . e^{gamma - Gi}  (<= 1 factors)
+          for (int64_t i = 0; i < D; ++i) kd[r * D + i] *= std::exp(g.gamma[i] - g.gi[r * D + i]);
+        for (int64_t i = 0; i < D; ++i) {
+          const F decay = std::exp(g.gamma[i]);
+          for (int64_t j = 0; j < D; ++j) {
+            F acc = 0;
+            for (int64_t r = 0; r < C; ++r) acc += kd[r * D + i] * vt[r * D + j];
+            S[i * D + j] = decay * S[i * D + j] + acc;
+          }
+        }
+      }
+      if (ht) std::copy(S.begin(), S.end(), ht + (b * d.H + hh) * D * D);
+    }
+}
+
+template <class F>
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
+                       const F* dht, F* dh, F* dh0) {
+  check_dims(d);
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  std::vector<F> S(D * D), qe, dot;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh) {
+      for (int64_t i = 0; i < D * D; ++i) S[i] = dht ? dht[(b * d.H + hh) * D * D + i] : F(0);
+      for (int64_t n = NT - 1; n >= 0; --n) {
+        ChunkGates<F> g(d, w, b, hh, n);
+        std::copy(S.begin(), S.end(), dh + st(d, b, hh, n));
+        load_tile(d, r, b, hh, n, g.L, qe);
+        load_tile(d, dout, b, hh, n, g.L, dot);
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t i = 0; i < D; ++i) qe[rr * D + i] *= scale * std::exp(g.ge[rr * D + i]);
+        for (int64_t i = 0; i < D; ++i) {
+          const F decay = std::exp(g.gamma[i]);
+          for (int64_t j = 0; j < D; ++j) {
+            F acc = 0;
+            for (int64_t rr = 0; rr < C; ++rr) acc += qe[rr * D + i] * dot[rr * D + j];
+            S[i * D + j] = decay * S[i * D + j] + acc;
+          }
+        }
+      }
+      if (dh0) std::copy(S.begin(), S.end(), dh0 + (b * d.H + hh) * D * D);
+    }
+}
+
+namespace {
+// A (C x C, scale and the u bonus included; zero above the diagonal) of one chunk.
+template <class F>
+void chunk_attention(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k,
+                     const F* u, std::vector<F>& A) {
+  const int64_t C = g.C, D = g.D;
+  std::vector<F> qt(C * D), kt(C * D);
+  for (int64_t r = 0; r < C; ++r)
+    for (int64_t i = 0; i < D; ++i) {
+      const int64_t blk = r / kBlock;
+      qt[r * D + i] = q[r * D + i] * std::exp(g.ge[r * D + i] - g.gs[blk * D + i]);
+      kt[r * D + i] = k[r * D + i] * std::exp(g.gend[blk * D + i] - g.gi[r * D + i]);
+    }
+  A.assign(C * C, F(0));
+  for (int64_t r = 0; r < C; ++r)
+    for (int64_t s = 0; s <= r; ++s) {
+      const int64_t bi = r / kBlock, bj = s / kBlock;
+      F acc = 0;
+      if (s == r) {
+        for (int64_t i = 0; i < D; ++i) acc += q[r * D + i] * u[i] * k[r * D + i];
+      } else if (bi == bj) {
+        for (int64_t i = 0; i < D; ++i)
+          acc += q[r * D + i] * k[s * D + i] * std::exp(g.ge[r * D + i] - g.gi[s * D + i]);
+      } else {
+        for (int64_t i = 0; i < D; ++i) acc += qt[r * D + i] * g.m(bi, bj, i) * kt[s * D + i];
+      }
+      A[r * C + s] = scale * acc;
+    }
+}
+}  // namespace
+
+template <class F>
+void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                  const F* u, const F* h, F* o) {
+  check_dims(d);
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  std::vector<F> q, kk, vv, A;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh)
+      for (int64_t n = 0; n < NT; ++n) {
+        ChunkGates<F> g(d, w, b, hh, n);
+        load_tile(d, r, b, hh, n, g.L, q);
+        load_tile(d, k, b, hh, n, g.L, kk);
+        load_tile(d, v, b, hh, n, g.L, vv);
+        chunk_attention(g, scale, q, kk, u + hh * D, A);
+        const F* S = h + st(d, b, hh, n);
+        for (int64_t rr = 0; rr < g.L; ++rr)
+          for (int64_t j = 0; j < D; ++j) {
+            F inter = 0, intra = 0;
+            for (int64_t i = 0; i < D; ++i) inter += q[rr * D + i] * std::exp(g.ge[rr * D + i]) * S[i * D + j];
+            for (int64_t s = 0; s <= rr; ++s) intra += A[rr * C + s] * vv[s * D + j];
+            o[tok(d, b, n * C + rr, hh, j)] = scale * inter + intra;
+          }
+      }
+}
+
+template <class F>
+void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
+               const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
+               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part) {
+  check_dims(d);
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const bool intra = part != BwdPart::kInter, inter = part != BwdPart::kIntra;
+  std::vector<F> q, kk, vv, dO, A, dP(C * C), qt(C * D), kt(C * D);
+  std::vector<F> dqI(C * D), dkI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D), dg(D);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh)
+      for (int64_t n = 0; n < NT; ++n) {
+        ChunkGates<F> g(d, w, b, hh, n);
+        const int64_t L = g.L, NB = g.NB;
+        load_tile(d, r, b, hh, n, L, q);
+        load_tile(d, k, b, hh, n, L, kk);
+        load_tile(d, v, b, hh, n, L, vv);
+        load_tile(d, dout, b, hh, n, L, dO);
+        const F* uh = u + hh * D;
+        // dP = scale (dO V^T) . M_<=
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t s = 0; s < C; ++s) {
+            F acc = 0;
+            if (s <= rr)
+              for (int64_t j = 0; j < D; ++j) acc += dO[rr * D + j] * vv[s * D + j];
+            dP[rr * C + s] = scale * acc;
+          }
+        if (intra) {
+          // intra dq', dk': off-diagonal blocks by the Horner recursion over block decays,
+          // diagonal blocks elementwise.
+          for (int64_t rr = 0; rr < C; ++rr)
+            for (int64_t i = 0; i < D; ++i) {
+              const int64_t blk = rr / kBlock;
+              qt[rr * D + i] = q[rr * D + i] * std::exp(g.ge[rr * D + i] - g.gs[blk * D + i]);
+              kt[rr * D + i] = kk[rr * D + i] * std::exp(g.gend[blk * D + i] - g.gi[rr * D + i]);
+            }
+          for (int64_t rr = 0; rr < C; ++rr) {
+            const int64_t bi = rr / kBlock;
+            for (int64_t i = 0; i < D; ++i) {
+              // R_jb = R_{jb-1} e^{W_jb} + sum_{s in jb} dP[r,s] k~_s ; dq_off = q-factor * R_{bi-1}
+              F R = 0;
+              for (int64_t jb = 0; jb < bi; ++jb) {
+                if (jb > 0) R *= g.eW[jb * D + i];
+                for (int64_t s = jb * kBlock; s < (jb + 1) * kBlock; ++s) R += dP[rr * C + s] * kt[s * D + i];
+              }
+              F acc = R * std::exp(g.ge[rr * D + i] - g.gs[bi * D + i]);
+              for (int64_t s = bi * kBlock; s < rr; ++s)
+                acc += dP[rr * C + s] * kk[s * D + i] * std::exp(g.ge[rr * D + i] - g.gi[s * D + i]);
+              dqI[rr * D + i] = acc;
+            }
+          }
+          for (int64_t s = 0; s < C; ++s) {
+            const int64_t bj = s / kBlock;
+            for (int64_t i = 0; i < D; ++i) {
+              // Q_ib = Q_{ib+1} e^{W_ib} + sum_{r in ib} dP[r,s] q~_r, ib from the top down
+              F Q = 0;
+              for (int64_t ib = NB - 1; ib > bj; --ib) {
+                Q *= g.eW[ib * D + i];
+                for (int64_t rr = ib * kBlock; rr < (ib + 1) * kBlock; ++rr) Q += dP[rr * C + s] * qt[rr * D + i];
+              }
+              F acc = Q * std::exp(g.gend[bj * D + i] - g.gi[s * D + i]);
+              for (int64_t rr = s + 1; rr < (bj + 1) * kBlock; ++rr)
+                acc += dP[rr * C + s] * q[rr * D + i] * std::exp(g.ge[rr * D + i] - g.gi[s * D + i]);
+              dkI[s * D + i] = acc;
+            }
+          }
+          if (part == BwdPart::kIntra) {
+            for (int64_t rr = 0; rr < L; ++rr)
+              for (int64_t i = 0; i < D; ++i) {
+                dq_tmp[tok(d, b, n * C + rr, hh, i)] = dqI[rr * D + i];
+                dk_tmp[tok(d, b, n * C + rr, hh, i)] = dkI[rr * D + i];
+              }
+            continue;
+          }
+        } else {
+          for (int64_t rr = 0; rr < C; ++rr)
+            for (int64_t i = 0; i < D; ++i) {
+              const bool ok = rr < L;
+              dqI[rr * D + i] = ok ? dq_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
+              dkI[rr * D + i] = ok ? dk_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
+            }
+        }
+        (void)inter;
+        // ---- inter part and the glue
+        chunk_attention(g, scale, q, kk, uh, A);
+        const F* S = h + st(d, b, hh, n);
+        const F* Sp = dh + st(d, b, hh, n);
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            F a1 = 0, a2 = 0;
+            for (int64_t j = 0; j < D; ++j) {
+              a1 += dO[rr * D + j] * S[i * D + j];
+              a2 += vv[rr * D + j] * Sp[i * D + j];
+            }
+            dqS[rr * D + i] = a1;
+            dkS[rr * D + i] = a2;
+          }
+        // dV = A^T dO + (K . e^{gamma - Gi}) dh[n]
+        for (int64_t s = 0; s < L; ++s)
+          for (int64_t j = 0; j < D; ++j) {
+            F acc = 0;
+            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dO[rr * D + j];
+            for (int64_t i = 0; i < D; ++i)
+              acc += kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]) * Sp[i * D + j];
+            dv[tok(d, b, n * C + s, hh, j)] = acc;
+          }
+        for (int64_t i = 0; i < D; ++i) {
+          F acc = 0;
+          for (int64_t j = 0; j < D; ++j) acc += S[i * D + j] * Sp[i * D + j];
+          F acc2 = 0;
+          for (int64_t s = 0; s < C; ++s) acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
+          dg[i] = std::exp(g.gamma[i]) * acc + acc2;
+        }
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            dq[rr * D + i] = scale * dqS[rr * D + i] * std::exp(g.ge[rr * D + i]) + dqI[rr * D + i];
+            dkk[rr * D + i] = dkS[rr * D + i] * std::exp(g.gamma[i] - g.gi[rr * D + i]) + dkI[rr * D + i];
+          }
+        for (int64_t i = 0; i < D; ++i) {
+          // dw_j = sum_{r>j} q dq' - sum_{r>=j} k dk' + dgamma (reverse scan over rows)
+          F sq = 0, sk = 0, dus = 0;
+          for (int64_t j = C - 1; j >= 0; --j) {
+            sk += kk[j * D + i] * dkk[j * D + i];
+            if (j < L) dw[tok(d, b, n * C + j, hh, i)] = sq - sk + dg[i];
+            sq += q[j * D + i] * dq[j * D + i];
+          }
+          for (int64_t j = 0; j < C; ++j) dus += dP[j * C + j] * q[j * D + i] * kk[j * D + i];
+          du_part[((b * NT + n) * d.H + hh) * D + i] = dus;
+        }
+        for (int64_t rr = 0; rr < L; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            const F pd = dP[rr * C + rr];
+            dr[tok(d, b, n * C + rr, hh, i)] = dq[rr * D + i] + pd * uh[i] * kk[rr * D + i];
+            dk[tok(d, b, n * C + rr, hh, i)] = dkk[rr * D + i] + pd * uh[i] * q[rr * D + i];
+          }
+      }
+}
+
+template <class F>
+void du_reduce(const Dims& d, const F* du_part, F* du) {
+  const int64_t NT = d.num_chunks();
+  for (int64_t hh = 0; hh < d.H; ++hh)
+    for (int64_t i = 0; i < d.D; ++i) {
+      F acc = 0;
+      for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t n = 0; n < NT; ++n) acc += du_part[((b * NT + n) * d.H + hh) * d.D + i];
+      du[hh * d.D + i] = acc;
+    }
+}
+
+template <class F>
+void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                       const F* u, const F* h0, F* o, F* ht) {
+  std::vector<F> h(d.states_numel());
+  chunk_state_scan(d, k, v, w, h0, h.data(), ht);
+  chunk_output(d, scale, r, k, v, w, u, h.data(), o);
+}
+
+template <class F>
+void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
+                        const F* w, const F* u, const F* h0, const F* dout, const F* dht,
+                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0) {
+  std::vector<F> h(d.states_numel()), dh(d.states_numel()), dup(d.du_part_numel());
+  chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr);
+  chunk_dstate_scan(d, scale, r, w, dout, dht, dh.data(), dh0);
+  if (fused) {
+    chunk_bwd<F>(d, BwdPart::kFused, scale, r, k, v, w, u, h.data(), dh.data(), dout, nullptr, nullptr,
+                 dr, dk, dv, dw, dup.data());
+  } else {
+    std::vector<F> dqt(d.tokens_numel()), dkt(d.tokens_numel());
+    chunk_bwd<F>(d, BwdPart::kIntra, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
+                 nullptr, nullptr, nullptr, nullptr, nullptr);
+    chunk_bwd<F>(d, BwdPart::kInter, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
+                 dr, dk, dv, dw, dup.data());
+  }
+  du_reduce(d, dup.data(), du);
+}
+
+#define LT_RWKV6_INSTANTIATE(F)                                                                        \
+  template void naive_forward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,   \
+                                 const F*, F*, F*);                                                    \
+  template void naive_backward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,  \
+                                  const F*, const F*, const F*, F*, F*, F*, F*, F*, F*);               \
+  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*);     \
+  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*); \
+  template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,    \
+                                const F*, F*);                                                         \
+  template void chunk_bwd<F>(const Dims&, BwdPart, F, const F*, const F*, const F*, const F*,         \
+                             const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*);      \
+  template void du_reduce<F>(const Dims&, const F*, F*);                                              \
+  template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*,          \
+                                     const F*, const F*, F*, F*);                                      \
+  template void chunk_backward_cpu<F>(const Dims&, bool, F, const F*, const F*, const F*, const F*,   \
+                                      const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*);
+
+LT_RWKV6_INSTANTIATE(float)
+LT_RWKV6_INSTANTIATE(double)
+#undef LT_RWKV6_INSTANTIATE
+
+}  // namespace lt::rwkv6

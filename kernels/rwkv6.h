@@ -1,0 +1,157 @@
+// RWKV6 token mixer ("chunk RWKV6"): naive recurrence, chunked CPU twins of the fused CUDA
+// stages, and the CUDA launchers. Math: shared/math/kda-rwkv6.md section D.
+//
+// Operator, per (batch b, head h), rows t = 0..T-1, state S in R^{D x D} (row = key dim d,
+// column = value dim v):
+//     o_t = scale * r_t^T (S_{t-1} + diag(u) k_t v_t^T)
+//     S_t = diag(exp(w_t)) S_{t-1} + k_t v_t^T,           S_{-1} = h0 (or 0)
+// Shapes (row-major, contiguous):
+//     r, k, v, w, o, and their gradients   [B, T, H, D]    (w: log decay, w <= 0)
+//     u, du                                [H, D]          (fp32)
+//     h0, ht, dht, dh0                     [B, H, D, D]    (fp32, S[d][v])
+// Chunked form (chunk C in {16, 32, 64}; NT = ceil(T / C); the last chunk may be partial and
+// is handled exactly by zero-padding rows >= L inside the kernels, with w padded by 0 so the
+// cumulative gate stops at the last valid row). Within chunk n, rows r, s in [0, C):
+//     Gi_r = sum_{j<=r} w_j (fp32, chunk-local, sequential per column),  Ge_r = Gi_r - w_r,
+//     gamma = Gi_{C-1}
+//     A[r,s] = scale sum_d q_rd k_sd e^{Ge_rd - Gi_sd}  (s < r),  A[r,r] = scale sum_d q u k
+//     O = scale (Q . e^Ge) h[n] + A V;   h[n+1] = e^gamma . h[n] + (K . e^{gamma - Gi})^T V
+// Backward (primes: without the u bonus), with dh[n] = dL/d(state after chunk n):
+//     dP = scale (dO V^T) . M_<=,   dV = A^T dO + (K . e^{gamma-Gi}) dh[n]
+//     dh[n-1] = e^gamma . dh[n] + scale (Q . e^Ge)^T dO          (reverse scan; dh0 = dh[-1])
+//     dq'_r = scale (dO h[n]^T)_r . e^{Ge_r} + sum_{s<r} dP[r,s] k_s . e^{Ge_r - Gi_s}
+//     dk'_s = (V dh[n]^T)_s . e^{gamma-Gi_s} + sum_{r>s} dP[r,s] q_r . e^{Ge_r - Gi_s}
+//     dgamma = e^gamma . sum_v (h[n] . dh[n]) + sum_s k_s . (V dh[n]^T)_s e^{gamma - Gi_s}
+//     dw_j = sum_{r>j} q_r . dq'_r - sum_{r>=j} k_r . dk'_r + dgamma
+//     dq = dq' + dP[r,r] u . k_r;  dk = dk' + dP[s,s] u . q_s;  du = sum dP[r,r] q_r . k_r
+// Safe exponentials (every exp argument <= 0). Rows are grouped in 16-row blocks i
+// (BC = 16). With gs_i = Gi_{16i-1} (0 for i = 0; the reference at the block start) and
+// ge_j = Gi_{16j+15} (the block end):
+//     q~_r = q_r e^{Ge_r - gs_i(r)},   k~_s = k_s e^{ge_j(s) - Gi_s},
+//     m_ij = e^{gs_i - ge_j} = prod_{j<b<i} e^{W_b}   (W_b = ge_b - gs_b, block total decay)
+//     off-diagonal blocks (j < i):  q_r k_s e^{Ge_r - Gi_s} = q~_r m_ij k~_s   (all <= 1)
+//     diagonal blocks: e^{Ge_r - Gi_s} elementwise, masked before use.
+// Accumulation: all chunk math in fp32 (double in the CPU twins instantiated with double);
+// gates, A, states and every accumulator fp32; outputs rounded once to the input dtype.
+// Gradient outputs are written (=), never accumulated; du is a deterministic sum of
+// per-chunk partials du_part [B, NT, H, D].
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace lt::rwkv6 {
+
+struct Dims {
+  int64_t B = 1, T = 1, H = 1, D = 64;
+  int64_t chunk = 64;  // C: 16, 32 or 64
+  int64_t num_chunks() const { return (T + chunk - 1) / chunk; }
+  int64_t tokens_numel() const { return B * T * H * D; }           // [B,T,H,D]
+  int64_t state_numel() const { return B * H * D * D; }             // [B,H,D,D]
+  int64_t states_numel() const { return B * H * num_chunks() * D * D; }  // [B,H,NT,D,D]
+  int64_t du_part_numel() const { return B * num_chunks() * H * D; }     // [B,NT,H,D]
+};
+
+// ---------------------------------------------------------------------------------------
+// 1. Naive recurrence (CPU), F = float or double. h0/ht/dht/dh0 may be nullptr.
+template <class F>
+void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                   const F* u, const F* h0, F* o, F* ht);
+// Backward by the reverse recurrence (stores every state of one (b, h) at a time).
+template <class F>
+void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                    const F* u, const F* h0, const F* dout, const F* dht, F* dr, F* dk, F* dv,
+                    F* dw, F* du, F* dh0);
+
+// ---------------------------------------------------------------------------------------
+// 2. CPU twins of the fused CUDA stages (same factorisation, same stage boundaries).
+//    fwd:  chunk_state_scan (h [B,H,NT,D,D], ht)  ->  chunk_output (o)
+//    bwd:  chunk_state_scan (h) + chunk_dstate_scan (dh [B,H,NT,D,D], dh0)
+//          -> chunk_bwd(kFused)                                       (fused backward)
+//          or chunk_bwd(kIntra) -> dq_tmp, dk_tmp fp32 -> chunk_bwd(kInter)   (fallback)
+//          -> du_reduce
+enum class BwdPart : int { kFused = 0, kIntra = 1, kInter = 2 };
+
+template <class F>
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht);
+template <class F>
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
+                       const F* dht, F* dh, F* dh0);
+template <class F>
+void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                  const F* u, const F* h, F* o);
+// kFused: writes dr, dk, dv, dw, du_part.  kIntra: writes only the intra-chunk parts of
+// dq', dk' to dq_tmp, dk_tmp.  kInter: reads dq_tmp, dk_tmp, writes dr, dk, dv, dw, du_part.
+template <class F>
+void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
+               const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
+               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part);
+template <class F>
+void du_reduce(const Dims& d, const F* du_part, F* du);
+
+// Convenience: the whole chunked forward / backward through the twins (scratch inside).
+template <class F>
+void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
+                       const F* u, const F* h0, F* o, F* ht);
+template <class F>
+void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
+                        const F* w, const F* u, const F* h0, const F* dout, const F* dht,
+                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0);
+
+// ---------------------------------------------------------------------------------------
+// 3. CUDA (kernels/cuda/rwkv6.cu). Raw device pointers; every buffer below comes from the
+//    caller (the Tensor-level API takes them from the CUDA caching allocator).
+//    Requires D % 64 == 0 (64, 128, 256 tested), chunk in {16, 32, 64}, dtype f32 or bf16
+//    for r, k, v, w, o, dout and the token gradients; u, du, states fp32.
+enum class BwdImpl : int {
+  kFused = 0,     // scans | fused chunk kernel | du reduce              (3 launches)
+  kFallback = 1,  // scans | intra (fp32 dq/dk out) | inter (reads them) | du reduce (4)
+};
+
+struct CudaArgs {
+  Dims dims;
+  DType dtype = DType::f32;   // of r, k, v, w, o, dout, dr, dk, dv, dw
+  float scale = 1.0f;
+  // forward inputs / outputs
+  const void* r = nullptr;    // [B,T,H,D]
+  const void* k = nullptr;    // [B,T,H,D]
+  const void* v = nullptr;    // [B,T,H,D]
+  const void* w = nullptr;    // [B,T,H,D]
+  const float* u = nullptr;   // [H,D]
+  const float* h0 = nullptr;  // [B,H,D,D] or nullptr
+  void* o = nullptr;          // [B,T,H,D]
+  float* ht = nullptr;        // [B,H,D,D] or nullptr
+  // backward inputs / outputs
+  const void* dout = nullptr;  // [B,T,H,D]
+  const float* dht = nullptr;  // [B,H,D,D] or nullptr
+  void* dr = nullptr;          // [B,T,H,D]
+  void* dk = nullptr;          // [B,T,H,D]
+  void* dv = nullptr;          // [B,T,H,D]
+  void* dw = nullptr;          // [B,T,H,D]
+  float* du = nullptr;         // [H,D]
+  float* dh0 = nullptr;        // [B,H,D,D] or nullptr
+  // scratch (fp32)
+  float* h = nullptr;          // [B,H,NT,D,D] inbound state of every chunk
+  float* dh = nullptr;         // [B,H,NT,D,D] gradient of every chunk's outbound state (bwd)
+  float* du_part = nullptr;    // [B,NT,H,D] (bwd)
+  float* dq_tmp = nullptr;     // [B,T,H,D] fallback only: intra dq'
+  float* dk_tmp = nullptr;     // [B,T,H,D] fallback only: intra dk'
+};
+
+// Scratch bytes: forward needs h; backward needs h, dh, du_part (+ dq_tmp, dk_tmp for the
+// fallback).
+size_t cuda_scratch_bytes_forward(const Dims& d);
+size_t cuda_scratch_bytes_backward(const Dims& d, BwdImpl impl);
+
+// Checks dims/dtype/pointers; throws std::invalid_argument with the reason.
+void cuda_check_args(const CudaArgs& a, bool backward, BwdImpl impl);
+
+// 2 launches: state scan (writes h, ht) | chunk output (o).
+void cuda_forward(const CudaArgs& a, void* stream);
+// h_is_valid: a.h already holds the forward's states (kept from forward): the scan launch
+// then runs only the reverse dh scan. Otherwise both scans run in one launch.
+// Fused: 3 launches, fallback: 4.
+void cuda_backward(const CudaArgs& a, BwdImpl impl, bool h_is_valid, void* stream);
+
+}  // namespace lt::rwkv6

@@ -1,0 +1,95 @@
+// Shared helpers of the RWKV6 tests (CPU and CUDA): fla-style random inputs and the
+// relative norm error ||x - ref|| / ||ref||.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/half.h"
+#include "kernels/rwkv6.h"
+
+namespace lt::rwkv6::test {
+
+enum class GateKind { kLogSigmoid, kNegExp };
+
+// Inputs of one problem, in double (the reference precision). For bf16 runs the token
+// inputs are rounded to bf16 values first (round_to_bf16), so every implementation sees
+// exactly the same numbers.
+struct Problem {
+  Dims d;
+  double scale = 1.0;
+  std::vector<double> r, k, v, w, u, h0, dout, dht;  // h0 / dht empty when absent
+
+  Problem(const Dims& dims, uint64_t seed, GateKind gate = GateKind::kLogSigmoid, bool with_h0 = true,
+          bool with_dht = true, double scale_ = -1.0)
+      : d(dims) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    const int64_t n = d.tokens_numel();
+    auto fill = [&](std::vector<double>& x, int64_t count, double s) {
+      x.resize(count);
+      for (auto& e : x) e = s * nd(rng);
+    };
+    fill(r, n, 1.0);
+    fill(k, n, 1.0);
+    fill(v, n, 1.0);
+    w.resize(n);
+    for (auto& e : w) {
+      const double z = nd(rng);
+      if (gate == GateKind::kLogSigmoid) e = -std::log1p(std::exp(-z));  // logsigmoid(z)
+      else e = std::max(-std::exp(z), -20.0);                             // -exp(z), clamped
+    }
+    fill(u, d.H * d.D, 1.0);
+    if (with_h0) fill(h0, d.state_numel(), 1.0);
+    fill(dout, n, 1.0);
+    if (with_dht) fill(dht, d.state_numel(), 1.0);
+    scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(static_cast<double>(d.D));
+  }
+
+  void round_to_bf16() {
+    auto rb = [](std::vector<double>& x) {
+      for (auto& e : x) e = static_cast<double>(static_cast<float>(bfloat16(static_cast<float>(e))));
+    };
+    rb(r), rb(k), rb(v), rb(w), rb(dout);
+  }
+  const double* h0p() const { return h0.empty() ? nullptr : h0.data(); }
+  const double* dhtp() const { return dht.empty() ? nullptr : dht.data(); }
+};
+
+struct Grads {
+  std::vector<double> o, ht, dr, dk, dv, dw, du, dh0;
+  explicit Grads(const Dims& d)
+      : o(d.tokens_numel()), ht(d.state_numel()), dr(d.tokens_numel()), dk(d.tokens_numel()),
+        dv(d.tokens_numel()), dw(d.tokens_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
+};
+
+inline Grads naive_reference(const Problem& p) {
+  Grads g(p.d);
+  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
+                        g.o.data(), g.ht.data());
+  naive_backward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
+                         p.dout.data(), p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(),
+                         g.du.data(), g.dh0.data());
+  return g;
+}
+
+template <class X, class Y>
+double rel_err(const std::vector<X>& x, const std::vector<Y>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double a = static_cast<double>(x[i]), b = static_cast<double>(ref[i]);
+    if (std::isnan(a)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+template <class T>
+std::vector<T> cast_vec(const std::vector<double>& x) {
+  return std::vector<T>(x.begin(), x.end());
+}
+
+}  // namespace lt::rwkv6::test
