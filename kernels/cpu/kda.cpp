@@ -1,0 +1,378 @@
+// KDA on the CPU: the naive recurrence (ground truth, forward + BPTT backward) and the
+// CPU twins of the fused CUDA kernels (the block programs of kernels/kda_blocks.h run on
+// an emulated thread block). Math, shapes and layouts: kernels/kda.h.
+//
+// Accumulation: the naive path computes and accumulates in Real (double for the ground
+// truth). The twins compute exactly like the kernels (fp32, same order per thread).
+#include "kernels/kda.h"
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kda_blocks.h"
+
+namespace lt::kda {
+
+// ======================================================================================
+// Naive recurrence
+// ======================================================================================
+namespace {
+
+template <class Real>
+Real sigmoid_r(Real x) {
+  return x >= 0 ? Real(1) / (Real(1) + std::exp(-x)) : std::exp(x) / (Real(1) + std::exp(x));
+}
+
+// Gate value and its derivatives with respect to x = f + dt_bias and a = A_log.
+template <class Real>
+struct GateEval {
+  Real g, dg_dx, dg_da;
+};
+template <class Real>
+GateEval<Real> gate_eval(Real x, Real a, const Gate& gate) {
+  const Real ea = std::exp(a);
+  if (gate.use_lower_bound) {
+    const Real lb = static_cast<Real>(gate.lower_bound);
+    const Real z = ea * x;
+    const Real s = sigmoid_r(z);
+    const Real dg_dz = lb * s * (Real(1) - s);
+    return {lb * s, dg_dz * ea, dg_dz * ea * x};
+  }
+  const Real sp = x > Real(20) ? x : std::log1p(std::exp(x));
+  const Real dsp = x > Real(20) ? Real(1) : sigmoid_r(x);
+  const Real g = -ea * sp;
+  return {g, -ea * dsp, g};
+}
+
+template <class Real>
+Real l2_rstd(const Real* x, int D) {
+  Real ss = 0;
+  for (int d = 0; d < D; ++d) ss += x[d] * x[d];
+  return Real(1) / std::sqrt(ss + Real(1e-6));
+}
+
+// Per-token quantities of one (b, h) sequence, in Real.
+template <class Real>
+struct SeqTokens {
+  std::vector<Real> qh, kh, rq, rk, g, dgdx, dgda, beta, v;  // qh,kh,g,..: [T][D]; rq,rk,beta: [T]
+};
+
+template <class Real>
+SeqTokens<Real> seq_tokens(const NaiveInputs<Real>& in, int64_t b, int64_t h) {
+  const auto& dm = in.dims;
+  const int D = dm.D;
+  const int64_t T = dm.T, H = dm.H;
+  SeqTokens<Real> s;
+  s.qh.resize(T * D); s.kh.resize(T * D); s.g.resize(T * D); s.dgdx.resize(T * D);
+  s.dgda.resize(T * D); s.v.resize(T * D); s.rq.resize(T); s.rk.resize(T); s.beta.resize(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t row = ((b * T + t) * H + h) * D;
+    const Real* q = in.q + row;
+    const Real* k = in.k + row;
+    s.rq[t] = l2_rstd(q, D);
+    s.rk[t] = l2_rstd(k, D);
+    s.beta[t] = sigmoid_r(in.b[(b * T + t) * H + h]);
+    for (int d = 0; d < D; ++d) {
+      s.qh[t * D + d] = q[d] * s.rq[t];
+      s.kh[t * D + d] = k[d] * s.rk[t];
+      s.v[t * D + d] = in.v[row + d];
+      const Real x = in.f[row + d] + in.dt_bias[h * D + d];
+      const GateEval<Real> ge = gate_eval(x, in.A_log[h], in.gate);
+      s.g[t * D + d] = ge.g;
+      s.dgdx[t * D + d] = ge.dg_dx;
+      s.dgda[t * D + d] = ge.dg_da;
+    }
+  }
+  return s;
+}
+
+template <class Real>
+Real resolve_scale(Real scale, int D) {
+  return scale != Real(0) ? scale : Real(1) / std::sqrt(static_cast<Real>(D));
+}
+
+// Runs the recurrence of one sequence; if traj is non-null stores S_{t-1} for every t and
+// the final state at index T ([T+1][D][D]).
+template <class Real>
+void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t b, int64_t h,
+                 Real* o, Real* ht, std::vector<Real>* traj) {
+  const auto& dm = in.dims;
+  const int D = dm.D;
+  const int64_t T = dm.T, H = dm.H;
+  const Real scale = resolve_scale(in.scale, D);
+  std::vector<Real> S(static_cast<size_t>(D) * D, Real(0)), p(D), delta(D);
+  if (in.h0) std::copy_n(in.h0 + (b * H + h) * D * D, D * D, S.begin());
+  if (traj) traj->resize(static_cast<size_t>(T + 1) * D * D);
+  for (int64_t t = 0; t < T; ++t) {
+    if (traj) std::copy(S.begin(), S.end(), traj->begin() + t * D * D);
+    const Real* kh = &s.kh[t * D];
+    const Real* qh = &s.qh[t * D];
+    for (int i = 0; i < D; ++i) {
+      const Real e = std::exp(s.g[t * D + i]);
+      for (int j = 0; j < D; ++j) S[i * D + j] *= e;
+    }
+    std::fill(p.begin(), p.end(), Real(0));
+    for (int i = 0; i < D; ++i)
+      for (int j = 0; j < D; ++j) p[j] += S[i * D + j] * kh[i];
+    for (int j = 0; j < D; ++j) delta[j] = s.beta[t] * (s.v[t * D + j] - p[j]);
+    for (int i = 0; i < D; ++i)
+      for (int j = 0; j < D; ++j) S[i * D + j] += kh[i] * delta[j];
+    if (!o) continue;
+    Real* ot = o + ((b * T + t) * H + h) * D;
+    for (int j = 0; j < D; ++j) {
+      Real acc = 0;
+      for (int i = 0; i < D; ++i) acc += S[i * D + j] * qh[i];
+      ot[j] = scale * acc;
+    }
+  }
+  if (traj) std::copy(S.begin(), S.end(), traj->begin() + T * D * D);
+  if (ht) std::copy(S.begin(), S.end(), ht + (b * H + h) * D * D);
+}
+
+}  // namespace
+
+template <class Real>
+void naive_forward(const NaiveInputs<Real>& in, Real* o, Real* ht) {
+  for (int64_t b = 0; b < in.dims.B; ++b)
+    for (int64_t h = 0; h < in.dims.H; ++h) {
+      SeqTokens<Real> s = seq_tokens(in, b, h);
+      seq_forward<Real>(in, s, b, h, o, ht, nullptr);
+    }
+}
+
+template <class Real>
+void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht,
+                    const NaiveGrads<Real>& gr) {
+  const auto& dm = in.dims;
+  const int D = dm.D;
+  const int64_t T = dm.T, H = dm.H, B = dm.B;
+  const Real scale = resolve_scale(in.scale, D);
+  std::fill_n(gr.dA_log, H, Real(0));
+  std::fill_n(gr.ddt_bias, H * D, Real(0));
+  std::vector<Real> traj, dS(static_cast<size_t>(D) * D), Sa(static_cast<size_t>(D) * D);
+  std::vector<Real> p(D), delta(D), ddelta(D), dp(D), dqh(D), dkh(D), dg(D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      SeqTokens<Real> s = seq_tokens(in, b, h);
+      seq_forward<Real>(in, s, b, h, nullptr, nullptr, &traj);
+      if (dht) std::copy_n(dht + (b * H + h) * D * D, D * D, dS.begin());
+      else std::fill(dS.begin(), dS.end(), Real(0));
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const int64_t row = ((b * T + t) * H + h) * D;
+        const Real* kh = &s.kh[t * D];
+        const Real* qh = &s.qh[t * D];
+        const Real* St = &traj[(t + 1) * D * D];
+        const Real* Sp = &traj[t * D * D];
+        const Real* dot = dO + row;
+        const Real beta = s.beta[t];
+        for (int i = 0; i < D; ++i) {
+          const Real e = std::exp(s.g[t * D + i]);
+          for (int j = 0; j < D; ++j) Sa[i * D + j] = e * Sp[i * D + j];
+        }
+        std::fill(p.begin(), p.end(), Real(0));
+        for (int i = 0; i < D; ++i)
+          for (int j = 0; j < D; ++j) p[j] += Sa[i * D + j] * kh[i];
+        for (int j = 0; j < D; ++j) delta[j] = beta * (s.v[t * D + j] - p[j]);
+        // o = scale S_t^T qh
+        for (int i = 0; i < D; ++i) {
+          Real acc = 0;
+          for (int j = 0; j < D; ++j) {
+            acc += St[i * D + j] * dot[j];
+            dS[i * D + j] += scale * qh[i] * dot[j];
+          }
+          dqh[i] = scale * acc;
+        }
+        // S_t = Sa + kh delta^T
+        std::fill(ddelta.begin(), ddelta.end(), Real(0));
+        for (int i = 0; i < D; ++i) {
+          Real acc = 0;
+          for (int j = 0; j < D; ++j) {
+            acc += dS[i * D + j] * delta[j];
+            ddelta[j] += dS[i * D + j] * kh[i];
+          }
+          dkh[i] = acc;
+        }
+        Real dbeta = 0;
+        for (int j = 0; j < D; ++j) {
+          dbeta += ddelta[j] * (s.v[t * D + j] - p[j]);
+          gr.dv[row + j] = beta * ddelta[j];
+          dp[j] = -beta * ddelta[j];
+        }
+        // p = Sa^T kh;  Sa = e^g * S_{t-1}
+        for (int i = 0; i < D; ++i) {
+          Real acc_k = 0, acc_g = 0;
+          const Real e = std::exp(s.g[t * D + i]);
+          for (int j = 0; j < D; ++j) {
+            acc_k += Sa[i * D + j] * dp[j];
+            const Real dsa = dS[i * D + j] + kh[i] * dp[j];
+            acc_g += Sa[i * D + j] * dsa;
+            dS[i * D + j] = e * dsa;
+          }
+          dkh[i] += acc_k;
+          dg[i] = acc_g;
+        }
+        // L2 norm, gate and beta backward.
+        Real dotq = 0, dotk = 0;
+        for (int d = 0; d < D; ++d) {
+          dotq += dqh[d] * qh[d];
+          dotk += dkh[d] * kh[d];
+        }
+        for (int d = 0; d < D; ++d) {
+          gr.dq[row + d] = s.rq[t] * (dqh[d] - dotq * qh[d]);
+          gr.dk[row + d] = s.rk[t] * (dkh[d] - dotk * kh[d]);
+          const Real df = dg[d] * s.dgdx[t * D + d];
+          gr.df[row + d] = df;
+          gr.ddt_bias[h * D + d] += df;
+          gr.dA_log[h] += dg[d] * s.dgda[t * D + d];
+        }
+        gr.db[(b * T + t) * H + h] = dbeta * beta * (Real(1) - beta);
+      }
+      if (gr.dh0) std::copy(dS.begin(), dS.end(), gr.dh0 + (b * H + h) * D * D);
+    }
+}
+
+template void naive_forward<double>(const NaiveInputs<double>&, double*, double*);
+template void naive_forward<float>(const NaiveInputs<float>&, float*, float*);
+template void naive_backward<double>(const NaiveInputs<double>&, const double*, const double*,
+                                     const NaiveGrads<double>&);
+template void naive_backward<float>(const NaiveInputs<float>&, const float*, const float*,
+                                    const NaiveGrads<float>&);
+
+}  // namespace lt::kda
+
+// ======================================================================================
+// Fused path: shared helpers and the CPU twins
+// ======================================================================================
+namespace lt::kda {
+
+WorkspaceBytes workspace_bytes(const Dims& dm) {
+  WorkspaceBytes w;
+  w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
+  w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
+  w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
+  w.counters = static_cast<size_t>(dm.H) * sizeof(uint32_t);
+  return w;
+}
+
+size_t trajectory_bytes(const Dims& dm) {
+  return static_cast<size_t>(dm.B * dm.H * dm.NT()) * dm.D * dm.D * sizeof(float);
+}
+
+void check_fused_args(const FusedArgs& a, bool backward) {
+  const Dims& d = a.dims;
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: " + what); };
+  if (d.B <= 0 || d.T <= 0 || d.H <= 0) fail("B, T, H must be positive");
+  if (d.D != 64 && d.D != 128) fail("head dim D must be 64 or 128, got " + std::to_string(d.D));
+  if (d.C != 16 && d.C != 32 && d.C != 64) fail("chunk must be 16, 32 or 64, got " + std::to_string(d.C));
+  if (a.dtype != DType::f32 && a.dtype != DType::bf16)
+    fail(std::string("dtype must be f32 or bf16, got ") + dtype_name(a.dtype));
+  if (a.gate.use_lower_bound && !(a.gate.lower_bound < 0.0f)) fail("lower_bound must be < 0");
+  if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
+  if (!a.h) fail("missing state trajectory h");
+  if (!backward && !a.o) fail("missing output o");
+  if (backward && (!a.dO || !a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
+    fail("missing backward pointer");
+}
+
+namespace {
+
+// An emulated CUDA thread block: NTHR host threads run the same block program;
+// sync() is a std::barrier over all of them, warp_sum() exchanges through a per-warp
+// buffer between two per-warp barriers (every lane sums the 32 values in lane order).
+struct WarpExchange {
+  explicit WarpExchange(int nwarps) : vals(static_cast<size_t>(nwarps) * 32) {
+    for (int w = 0; w < nwarps; ++w) bars.push_back(std::make_unique<std::barrier<>>(32));
+  }
+  std::vector<float> vals;
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+};
+
+class EmuBlock {
+ public:
+  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx) : tid_(tid), bar_(bar), wx_(wx) {}
+  int tid() const { return tid_; }
+  void sync() { bar_->arrive_and_wait(); }
+  float warp_sum(float v) {
+    const int w = tid_ / 32;
+    wx_->vals[tid_] = v;
+    wx_->bars[w]->arrive_and_wait();
+    float s = 0.0f;
+    for (int l = 0; l < 32; ++l) s += wx_->vals[w * 32 + l];
+    wx_->bars[w]->arrive_and_wait();
+    return s;
+  }
+  void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+  uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
+  void acquire() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+  float load_cg(const float* p) { return *p; }
+
+ private:
+  int tid_;
+  std::barrier<>* bar_;
+  WarpExchange* wx_;
+};
+
+// Runs body(blk, block_index, smem) for every block of a 1-D grid, blocks one after the
+// other. Shared memory is refilled with NaN before each block, so a read of a shared
+// location the block did not write first poisons its results.
+template <class Body>
+void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
+  std::vector<float> smem(static_cast<size_t>(smem_floats));
+  std::barrier<> bar(nthr);
+  WarpExchange wx(nthr / 32);
+  std::vector<std::thread> threads;
+  threads.reserve(nthr);
+  for (int t = 0; t < nthr; ++t)
+    threads.emplace_back([&, t] {
+      EmuBlock blk(t, &bar, &wx);
+      for (int64_t g = 0; g < grid; ++g) {
+        if (t == 0) std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
+        bar.arrive_and_wait();
+        body(blk, g, smem.data());
+        bar.arrive_and_wait();
+      }
+    });
+  for (auto& th : threads) th.join();
+}
+
+}  // namespace
+
+void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
+  check_fused_args(a, false);
+  blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
+    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+    emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::intra_program<G, T, false>(a, ws, blk, g / NT, g % NT, sm);
+    });
+    emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_program<G, T>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
+    });
+  });
+}
+
+void fused_backward_cpu(const FusedArgs& a, const Workspace& ws) {
+  check_fused_args(a, true);
+  blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
+    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+    emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::intra_program<G, T, true>(a, ws, blk, g / NT, g % NT, sm);
+    });
+    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_adjoint_program<G, T>(a, ws, blk, g, sm);
+    });
+    emulate_grid(NT * BH, G::NTHR, G::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::intra_adjoint_program<G, T>(a, ws, blk, g / NT, g % NT, sm);
+    });
+  });
+}
+
+}  // namespace lt::kda

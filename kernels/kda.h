@@ -1,0 +1,165 @@
+// KDA (Kimi Delta Attention, the per-channel gated delta rule): kernels-layer API.
+//
+// Math (per sequence b and head h; K = V = D; S is a K x V matrix in fp32):
+//   q^ = q / sqrt(sum q^2 + 1e-6), k^ likewise                       (L2 norm inside the op)
+//   x = f + dt_bias[h,:];  g = -exp(A_log[h]) * softplus(x)           (softplus(x) = x for x > 20)
+//        or, with a lower bound lb < 0:  g = lb * sigmoid(exp(A_log[h]) * x)
+//   beta = sigmoid(b)
+//   S_t = (I - beta_t k^_t k^_t^T) diag(e^{g_t}) S_{t-1} + beta_t k^_t v_t^T,  S_{-1} = h0 (or 0)
+//   o_t = scale * S_t^T q^_t                                           (scale default D^-1/2)
+// Gradients: dq, dk (through the L2 norm), dv, df, db, dA_log, ddt_bias, dh0; an optional
+// dht (gradient of the final state) is accepted.
+//
+// Three implementations (docs/notes-kda.md has the derivations and the measurements):
+//   naive_*       the recurrence above on the CPU, Real = double (ground truth) or float;
+//                 backward by BPTT over stored states.
+//   fused_* (CPU) the CPU twins of the fused CUDA kernels: the *same* block programs
+//                 (kernels/kda_blocks.h) run by an emulated thread block (std::barrier),
+//                 so the kernels' index arithmetic and barriers are tested without a GPU.
+//   fused_* (CUDA) kernels/cuda/kda.cu: forward = 2 launches (intra, inter), backward =
+//                 3 launches (recompute, inter adjoint, intra adjoint).
+// The ops path (chunk algorithm from runtime ops) lives in engine/mixers/kda.cpp.
+//
+// Layouts (row-major, int64 index arithmetic):
+//   q, k, v, f, dq, dk, dv, df, o, dO : [B, T, H, D]   (dtype f32 or bf16)
+//   b, db                              : [B, T, H]      (same dtype)
+//   A_log, dA_log                      : [H]            fp32
+//   dt_bias, ddt_bias                  : [H, D]         fp32
+//   h0, ht, dh0, dht                   : [B, H, D, D]   fp32, state S[k][v]
+//   h (saved state trajectory)         : [B, H, NT, D, D] fp32: S before each chunk
+// Chunk-local scratch is head-major and padded to Tp = NT * C rows: [B, H, Tp, D] fp32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace lt::kda {
+
+struct Gate {
+  bool use_lower_bound = false;  // false: g = -e^{A_log} softplus(x); true: g = lb sigmoid(e^{A_log} x)
+  float lower_bound = -5.0f;     // lb < 0, used only when use_lower_bound
+};
+
+struct Dims {
+  int64_t B = 0, T = 0, H = 0;
+  int D = 64;      // head dim, K = V = D: 64 or 128 in the fused path (any D in naive)
+  int C = 64;      // chunk length: 16, 32 or 64 in the fused path
+  // constexpr so device code may call them (--expt-relaxed-constexpr)
+  constexpr int64_t NT() const { return (T + C - 1) / C; }
+  constexpr int64_t Tp() const { return NT() * C; }
+  constexpr int64_t tokens() const { return B * T * H; }  // rows of [B, T, H, D]
+};
+
+// ---- naive recurrence (CPU, kernels/cpu/kda.cpp) ---------------------------------------
+// Dense row-major arrays in Real. Real = double (ground truth, fp64 accumulation) or float.
+template <class Real>
+struct NaiveInputs {
+  Dims dims;                       // C unused
+  const Real* q = nullptr;         // [B,T,H,D]
+  const Real* k = nullptr;         // [B,T,H,D]
+  const Real* v = nullptr;         // [B,T,H,D]
+  const Real* f = nullptr;         // [B,T,H,D]  raw gate pre-activation
+  const Real* b = nullptr;         // [B,T,H]    raw beta logit
+  const Real* A_log = nullptr;     // [H]
+  const Real* dt_bias = nullptr;   // [H,D]
+  const Real* h0 = nullptr;        // [B,H,D,D] or nullptr (zero state)
+  Real scale = 0;                  // 0: D^-1/2
+  Gate gate;
+};
+template <class Real>
+struct NaiveGrads {                // every pointer required except dh0 (may be nullptr)
+  Real* dq = nullptr;              // [B,T,H,D]
+  Real* dk = nullptr;
+  Real* dv = nullptr;
+  Real* df = nullptr;
+  Real* db = nullptr;              // [B,T,H]
+  Real* dA_log = nullptr;          // [H]
+  Real* ddt_bias = nullptr;        // [H,D]
+  Real* dh0 = nullptr;             // [B,H,D,D]
+};
+// o: [B,T,H,D]; ht: [B,H,D,D] or nullptr.
+template <class Real>
+void naive_forward(const NaiveInputs<Real>& in, Real* o, Real* ht);
+// dO: [B,T,H,D]; dht: [B,H,D,D] or nullptr. Grads are written (=), not accumulated.
+template <class Real>
+void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht,
+                    const NaiveGrads<Real>& grads);
+
+// ---- fused path: one argument struct for every stage ----------------------------------
+// Element pointers are untyped: `dtype` (f32 or bf16) gives the type of q, k, v, f, b, o,
+// dO and of dq, dk, dv, df, db. Everything else is fp32.
+struct FusedArgs {
+  Dims dims;
+  DType dtype = DType::f32;
+  float scale = 0.0f;              // 0: D^-1/2
+  Gate gate;
+  // inputs
+  const void* q = nullptr;         // [B,T,H,D]
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* f = nullptr;
+  const void* b = nullptr;         // [B,T,H]
+  const float* A_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [H,D]
+  const float* h0 = nullptr;       // [B,H,D,D] or nullptr
+  // forward outputs
+  void* o = nullptr;               // [B,T,H,D]
+  float* ht = nullptr;             // [B,H,D,D] or nullptr
+  float* h = nullptr;              // [B,H,NT,D,D] saved trajectory (written by forward)
+  // backward inputs / outputs
+  const void* dO = nullptr;        // [B,T,H,D]
+  const float* dht = nullptr;      // [B,H,D,D] or nullptr
+  void* dq = nullptr;              // [B,T,H,D]
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* df = nullptr;
+  void* db = nullptr;              // [B,T,H]
+  float* dA_log = nullptr;         // [H]
+  float* ddt_bias = nullptr;       // [H,D]
+  float* dh0 = nullptr;            // [B,H,D,D] or nullptr
+};
+
+// Scratch of the fused path, all fp32, from the caller (the engine takes it from the
+// caching allocator). Every buffer is fully overwritten by the kernel that produces it,
+// so it may be handed over uninitialised. Sizes in bytes from workspace_bytes().
+struct Workspace {
+  // chunk-local tiles, [B, H, Tp, D]: written by the intra / recompute kernel.
+  //   forward:  t0 = W,  t1 = U,  t2 = Qp = scale Q~ - A_qk W,  t3 = Kbar,  t4 = Ob = A_qk U
+  //   backward: t0 = W -> X_w, t1 = U -> Delta, t2 = scale Q~ -> X_q, t3 = Kbar -> X_k,
+  //             t4 = A_qk^T dO -> dDelta   (the inter adjoint rewrites each in place)
+  float* t0 = nullptr;
+  float* t1 = nullptr;
+  float* t2 = nullptr;
+  float* t3 = nullptr;
+  float* t4 = nullptr;
+  float* gamma = nullptr;     // [B, H, NT, D] chunk gate totals (natural log)
+  float* dgamma_s = nullptr;  // [B, H, NT, D] backward: e^gamma * sum_v S*S'
+  float* partials = nullptr;  // [B*NT, H, D+1] backward: ddt_bias / dA_log partial sums
+  uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the recompute kernel)
+};
+struct WorkspaceBytes {
+  size_t tile = 0;      // each of t0..t4
+  size_t gamma = 0;     // gamma and dgamma_s each
+  size_t partials = 0;
+  size_t counters = 0;
+  size_t forward_total() const { return 5 * tile + gamma; }
+  size_t backward_total() const { return 5 * tile + 2 * gamma + partials + counters; }
+};
+WorkspaceBytes workspace_bytes(const Dims& dims);
+size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
+
+// Throws std::invalid_argument naming the problem (D, C, dtype, null pointers).
+void check_fused_args(const FusedArgs& a, bool backward);
+
+// CPU twins (emulated thread blocks; slow: for tests at small shapes).
+void fused_forward_cpu(const FusedArgs& a, const Workspace& ws);
+void fused_backward_cpu(const FusedArgs& a, const Workspace& ws);
+
+// CUDA (kernels/cuda/kda.cu; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
+// Stage scopes "intra", "inter" (forward) and "recompute", "inter_adjoint",
+// "intra_adjoint" (backward) name the launches in the launch atlas.
+void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
+void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
+
+}  // namespace lt::kda

@@ -1,0 +1,1060 @@
+// KDA fused path: the block programs. One definition serves two executors:
+//   kernels/cuda/kda.cu   each program is the body of a __global__ kernel (Blk = CUDA block)
+//   kernels/cpu/kda.cpp   the CPU twin runs the same program on an emulated block: NTHR host
+//                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
+// So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.
+//
+// A program sees: the FusedArgs / Workspace structs, a Blk, its block coordinates and a
+// float* to its shared memory. Blk provides: tid(); sync() (block barrier); warp_sum(v)
+// (sum over the 32 lanes, every lane gets it); fence() (device-scope fence of this thread's
+// writes); arrive(counter) (atomic increment, returns the old value); acquire() (fence
+// before reading other blocks' published data); load_cg(p) (load bypassing L1).
+// Rules that keep both executors equivalent: every sync() and warp_sum() is reached by all
+// threads (warp_sum: all 32 lanes of the warp); shared memory is carved by byte counts below;
+// global memory written by one block is read by another only across launches (or after
+// arrive()/acquire() in the intra adjoint's last-block reduction).
+//
+// Chunk algorithm (per (b, h), chunk n of C rows r, s; L = valid rows of the chunk):
+//   Gamma_r = sum_{s<=r} g_s (chunk-local, fp32; kept in log2 units inside the programs so
+//   exp2 is one instruction; derivatives are taken w.r.t. natural Gamma)
+//   P(x,y)[r,s] = sum_d x_rd y_sd e^{Gamma_rd - Gamma_sd}
+//   A_qk = scale P(q^,k^) (s<=r);  A = diag(beta) P(k^,k^) (s<r);  Tm = (I + A)^{-1}
+//   W = Tm diag(beta) K~,  U = Tm diag(beta) V,  K~ = K^ e^{Gamma},  Q~ = Q^ e^{Gamma},
+//   Kbar = K^ e^{gamma - Gamma},  gamma = Gamma_last
+//   state scan:  Delta = U - W S;  O = scale Q~ S + A_qk Delta;  S <- e^gamma S + Kbar^T Delta
+// Safe exponentials (math doc F): pairs (r, s) in the same 16-row sub-block use
+// e^{Gamma_r - Gamma_s} elementwise (computed only for s <= r, so <= 1); pairs in
+// different sub-blocks factor through the first row n of r's sub-block:
+// (x_r e^{Gamma_r - Gamma_n}) . (y_s e^{Gamma_n - Gamma_s}), both factors <= 1. Gates are
+// <= 0, so nothing overflows for any gate value and any chunk size.
+//
+// Launches (grids are 1-D, block index = bh * NT + n or bh * NV + vt):
+//   intra      (fwd)  grid NT*B*H   : Gamma, A_qk, Tm, W, U, Qp = scale Q~ - A_qk W,
+//                                     Kbar, Ob = A_qk U, gamma -> workspace t0..t4
+//   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
+//                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
+//                                     S <- e^gamma S + Kbar^T Delta
+//   recompute  (bwd)  grid NT*B*H   : the intra program again, writing W, U, scale Q~, Kbar
+//                                     and A_qk^T dO instead of Qp / Ob
+//   inter_adjoint     grid B*H      : reverse over chunks with S' (dS after the chunk):
+//                                     Delta = U - W S, dDelta = A_qk^T dO + Kbar S',
+//                                     X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T,
+//                                     dgamma_s = e^gamma sum_v S S',
+//                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
+//                                     (in place over the recompute's tiles; no dS trajectory)
+//   intra_adjoint     grid NT*B*H   : everything chunk-local: dA_qk = dO Delta^T, dTm,
+//                                     dA = -Tm^T dTm Tm^T, dV, dbeta, the P adjoints, the
+//                                     chunk-decay terms, reverse cumsum, gate / L2 / sigmoid
+//                                     backward, and dA_log / ddt_bias by a deterministic
+//                                     last-block reduction.
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/half.h"
+#include "kernels/kda.h"
+
+#if defined(__CUDACC__)
+#define KDA_DEV __device__
+#define KDA_UNROLL _Pragma("unroll")
+#define KDA_UNROLL_N(n) _Pragma("unroll 8")  // only n = 8 is used
+#else
+#define KDA_DEV inline
+#define KDA_UNROLL
+#define KDA_UNROLL_N(n)
+#endif
+
+namespace lt::kda::blocks {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr int kSub = 16;  // sub-block rows of the safe factorisation and of the solve
+
+// ---- per-configuration constants --------------------------------------------------------
+template <int D_, int C_>
+struct Cfg {
+  static constexpr int D = D_;         // head dim (K = V = D)
+  static constexpr int C = C_;         // chunk length
+  static constexpr int KS = 32;        // column slice of the chunk-parallel programs
+  static constexpr int NKS = D / KS;   // slices per row
+  static constexpr int NB = C / kSub;  // sub-blocks per chunk
+  static constexpr int LS = KS + 1;    // slice row stride (odd: conflict-free columns)
+  static constexpr int LC = C + 1;     // C x C row stride
+  static constexpr int LD = D + 1;     // D-wide row stride
+  static constexpr int NTHR = 256;     // threads of the chunk-parallel programs
+  static constexpr int SLICE = C * LS;
+  static constexpr int CC = C * LC;
+  // inter (forward scan): V tiles of BV columns, NTHR_I threads
+  static constexpr int BV = 16;
+  static constexpr int NV = D / BV;
+  static constexpr int LBV = BV + 1;
+  static constexpr int NTHR_I = 128;
+  // inter adjoint: full V per block, row blocks of RB rows
+  static constexpr int RB = kSub;
+  static constexpr int NTHR_A = 256;
+  static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
+  static_assert((C * KS) % NTHR == 0, "slice loops are uniform over threads");
+  static_assert((C * D) % NTHR == 0);
+  static_assert((C * BV) % NTHR_I == 0 && (D * BV) % NTHR_I == 0 && NTHR_I % BV == 0);
+  static_assert((D * D) % NTHR_A == 0 && (RB * D) % NTHR_A == 0);
+
+  // shared memory, in floats
+  static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
+  static constexpr int kInterFloats = 3 * C * LD + 3 * C * LBV + D * LBV + D;
+  static constexpr int kAdjFloats = 2 * D * LD + 6 * RB * LD + D;
+  static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 13 * SLICE + D + KS + NTHR / 32 + 4;
+};
+
+// ---- scalar helpers ---------------------------------------------------------------------
+KDA_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct GateVal {
+  float g;     // log decay (natural)
+  float dgdx;  // dg/dx
+  float dgda;  // dg/dA_log
+};
+KDA_DEV GateVal gate_value(float x, float ea, const Gate& gate) {
+  if (gate.use_lower_bound) {
+    const float s = sigmoid_f(ea * x);
+    const float dgdz = gate.lower_bound * s * (1.0f - s);
+    return {gate.lower_bound * s, dgdz * ea, dgdz * ea * x};
+  }
+  const bool lin = x > 20.0f;
+  const float sp = lin ? x : log1pf(expf(x));
+  const float g = -ea * sp;
+  return {g, -ea * (lin ? 1.0f : sigmoid_f(x)), g};
+}
+
+template <class T>
+KDA_DEV float ld(const T* p, int64_t i) {
+  return static_cast<float>(load_as_compute(p[i]));
+}
+template <class T>
+KDA_DEV void st(T* p, int64_t i, float v) {
+  p[i] = store_from_compute<T>(v);
+}
+
+// Where chunk n of sequence (b, h) lives.
+struct ChunkPos {
+  int64_t b, h, bh, n, t0;
+  int L;  // valid rows
+  KDA_DEV ChunkPos(const Dims& dm, int64_t bh_, int64_t n_)
+      : b(bh_ / dm.H), h(bh_ % dm.H), bh(bh_), n(n_), t0(n_ * dm.C) {
+    const int64_t rest = dm.T - t0;
+    L = static_cast<int>(rest < dm.C ? rest : dm.C);
+  }
+  // element (r, col) of a [B,T,H,D] input; row of a [B,T,H] input
+  KDA_DEV int64_t in(const Dims& dm, int r, int col) const {
+    return ((b * dm.T + t0 + r) * dm.H + h) * dm.D + col;
+  }
+  KDA_DEV int64_t in_row(const Dims& dm, int r) const { return (b * dm.T + t0 + r) * dm.H + h; }
+  // element (r, col) of a [B,H,Tp,D] workspace tile
+  KDA_DEV int64_t ws(const Dims& dm, int r, int col) const {
+    return (bh * dm.Tp() + t0 + r) * dm.D + col;
+  }
+  KDA_DEV int64_t gam(const Dims& dm, int col) const { return (bh * dm.NT() + n) * dm.D + col; }
+};
+
+KDA_DEV float resolved_scale(const FusedArgs& a) {
+  return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
+}
+
+// ---- shared building blocks of the chunk-parallel programs -------------------------------
+
+// rstd of q and k rows (0 for rows >= L) and beta (0 for rows >= L).
+// part: C * (D/32) floats of scratch.
+template <class G, class T, class Blk>
+KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, float* rq,
+                             float* rk, float* be, float* part) {
+  const T* q = static_cast<const T*>(a.q);
+  const T* k = static_cast<const T*>(a.k);
+  const T* bl = static_cast<const T*>(a.b);
+  constexpr int NW = G::D / 32;
+  // A warp covers 32 consecutive columns of one row (NTHR and D are multiples of 32).
+  for (int e = blk.tid(); e < G::C * G::D; e += G::NTHR) {
+    const int r = e / G::D, d = e % G::D;
+    float xq = 0.0f, xk = 0.0f;
+    if (r < cp.L) {
+      xq = ld(q, cp.in(a.dims, r, d));
+      xk = ld(k, cp.in(a.dims, r, d));
+    }
+    const float sq = blk.warp_sum(xq * xq);
+    const float sk = blk.warp_sum(xk * xk);
+    if ((d & 31) == 0) {
+      part[r * 2 * NW + d / 32] = sq;
+      part[r * 2 * NW + NW + d / 32] = sk;
+    }
+  }
+  blk.sync();
+  for (int r = blk.tid(); r < G::C; r += G::NTHR) {
+    float sq = 0.0f, sk = 0.0f;
+    for (int w = 0; w < NW; ++w) {
+      sq += part[r * 2 * NW + w];
+      sk += part[r * 2 * NW + NW + w];
+    }
+    const bool valid = r < cp.L;
+    rq[r] = valid ? 1.0f / sqrtf(sq + 1e-6f) : 0.0f;
+    rk[r] = valid ? 1.0f / sqrtf(sk + 1e-6f) : 0.0f;
+    be[r] = valid ? sigmoid_f(ld(bl, cp.in_row(a.dims, r))) : 0.0f;
+  }
+  blk.sync();
+}
+
+// Loads columns [k0, k0+KS) of q^ and k^ (normalised; 0 on rows >= L) and the gate, and
+// leaves Gamma (log2 units, chunk-local cumsum, g = 0 on rows >= L so Gamma_{C-1} = gamma)
+// in gs. Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L).
+// Ends with a sync.
+template <class G, class T, class Blk>
+KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int k0,
+                                const float* rq, const float* rk, float* sq, float* sk,
+                                float* gs, float* gx, float* ga) {
+  const T* q = static_cast<const T*>(a.q);
+  const T* k = static_cast<const T*>(a.k);
+  const T* f = static_cast<const T*>(a.f);
+  const float ea = expf(a.A_log[cp.h]);
+  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+    const int r = e / G::KS, c = e % G::KS;
+    float qv = 0.0f, kv = 0.0f, g = 0.0f, dgdx = 0.0f, dgda = 0.0f;
+    if (r < cp.L) {
+      const int64_t i = cp.in(a.dims, r, k0 + c);
+      qv = ld(q, i) * rq[r];
+      kv = ld(k, i) * rk[r];
+      const float x = ld(f, i) + a.dt_bias[cp.h * a.dims.D + k0 + c];
+      const GateVal gv = gate_value(x, ea, a.gate);
+      g = gv.g;
+      dgdx = gv.dgdx;
+      dgda = gv.dgda;
+    }
+    if (sq) sq[r * G::LS + c] = qv;
+    if (sk) sk[r * G::LS + c] = kv;
+    gs[r * G::LS + c] = g * kLog2e;
+    if (gx) gx[r * G::LS + c] = dgdx;
+    if (ga) ga[r * G::LS + c] = dgda;
+  }
+  blk.sync();
+  for (int c = blk.tid(); c < G::KS; c += G::NTHR) {
+    float acc = 0.0f;
+    for (int r = 0; r < G::C; ++r) {
+      acc += gs[r * G::LS + c];
+      gs[r * G::LS + c] = acc;
+    }
+  }
+  blk.sync();
+}
+
+// Loads columns [k0, k0+KS) of a [B,T,H,D] input into a slice, times rowscale[r] if given;
+// 0 on rows >= L. No sync.
+template <class G, class T, class Blk>
+KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
+                           const float* rowscale, float* dst) {
+  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+    const int r = e / G::KS, c = e % G::KS;
+    float v = 0.0f;
+    if (r < cp.L) v = ld(src, cp.in(dm, r, k0 + c)) * (rowscale ? rowscale[r] : 1.0f);
+    dst[r * G::LS + c] = v;
+  }
+}
+// Loads columns [k0, k0+KS) of the chunk's rows of a workspace tile. No sync.
+template <class G, class Blk>
+KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const float* src, int k0,
+                           float* dst) {
+  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+    const int r = e / G::KS, c = e % G::KS;
+    dst[r * G::LS + c] = src[cp.ws(dm, r, k0 + c)];
+  }
+}
+
+// x'_r = x_r e^{Gamma_r - Gamma_n(r)} with n(r) the first row of r's sub-block. No sync.
+template <class G, class Blk>
+KDA_DEV void row_to_block_start(Blk& blk, const float* gs, const float* x, float* xo) {
+  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+    const int r = e / G::KS, c = e % G::KS;
+    const int n0 = (r / kSub) * kSub;
+    xo[r * G::LS + c] = x[r * G::LS + c] * exp2f(gs[r * G::LS + c] - gs[n0 * G::LS + c]);
+  }
+}
+
+// For target sub-block i (first row ni): fc[s] = e^{Gamma_ni - Gamma_s} and
+// y[s] = k_s fc[s] for s < ni. fc may be null. No sync.
+template <class G, class Blk>
+KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* kx, float* y,
+                                float* fc) {
+  for (int e = blk.tid(); e < ni * G::KS; e += G::NTHR) {
+    const int s = e / G::KS, c = e % G::KS;
+    const float fac = exp2f(gs[ni * G::LS + c] - gs[s * G::LS + c]);
+    y[s * G::LS + c] = kx[s * G::LS + c] * fac;
+    if (fc) fc[s * G::LS + c] = fac;
+  }
+}
+
+// Accumulates one K slice into Pq (P(q^,k^), s <= r; may be null) and Pk (P(k^,k^), s < r;
+// the diagonal is accumulated too and masked by the caller). Needs sq, sk, gs and
+// xq = row_to_block_start(sq), xk = row_to_block_start(sk); y is scratch for C-16 rows.
+// Ends with a sync.
+template <class G, class Blk>
+KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs,
+                               const float* xq, const float* xk, float* y, float* Pq, float* Pk) {
+  for (int i = 0; i < G::NB; ++i) {
+    const int ni = i * kSub;
+    if (i > 0) {
+      col_to_block_start<G>(blk, ni, gs, sk, y, nullptr);
+      blk.sync();
+    }
+    const int ncol = ni + kSub;  // s in [0, ni + 16)
+    for (int p = blk.tid(); p < kSub * ncol; p += G::NTHR) {
+      const int r = ni + p / ncol, s = p % ncol;
+      if (s > r) continue;
+      float aq = 0.0f, ak = 0.0f;
+      if (s < ni) {
+KDA_UNROLL_N(8)
+        for (int c = 0; c < G::KS; ++c) {
+          const float yv = y[s * G::LS + c];
+          aq += xq[r * G::LS + c] * yv;
+          ak += xk[r * G::LS + c] * yv;
+        }
+      } else {
+KDA_UNROLL_N(8)
+        for (int c = 0; c < G::KS; ++c) {
+          const float e = exp2f(gs[r * G::LS + c] - gs[s * G::LS + c]);
+          const float ks = sk[s * G::LS + c] * e;
+          aq += sq[r * G::LS + c] * ks;
+          ak += sk[r * G::LS + c] * ks;
+        }
+      }
+      if (Pq) Pq[r * G::LC + s] += aq;
+      Pk[r * G::LC + s] += ak;
+    }
+    blk.sync();
+  }
+}
+
+// Tm = (I + A)^{-1}, A strictly lower (C x C, stride LC); Tm fully written (0 above the
+// diagonal). Z: kSub * LC floats of scratch. Diagonal 16x16 blocks by forward substitution
+// (one thread per column), then block rows merged: X_ij = -X_ii sum_{j<=m<i} A_im X_mj.
+// Ends with a sync.
+template <class G, class Blk>
+KDA_DEV void solve_unit_lower(Blk& blk, const float* A, float* Tm, float* Z) {
+  for (int e = blk.tid(); e < G::C * G::C; e += G::NTHR) Tm[(e / G::C) * G::LC + e % G::C] = 0.0f;
+  blk.sync();
+  for (int t = blk.tid(); t < G::C; t += G::NTHR) {
+    const int base = (t / kSub) * kSub, c = t % kSub;
+    Tm[(base + c) * G::LC + base + c] = 1.0f;
+    for (int r = c + 1; r < kSub; ++r) {
+      float acc = 0.0f;
+      for (int m = c; m < r; ++m) acc += A[(base + r) * G::LC + base + m] * Tm[(base + m) * G::LC + base + c];
+      Tm[(base + r) * G::LC + base + c] = -acc;
+    }
+  }
+  blk.sync();
+  for (int i = 1; i < G::NB; ++i) {
+    const int ni = i * kSub;
+    for (int e = blk.tid(); e < kSub * ni; e += G::NTHR) {
+      const int r = e / ni, col = e % ni;
+      const int m0 = (col / kSub) * kSub;
+      float acc = 0.0f;
+      for (int m = m0; m < ni; ++m) acc += A[(ni + r) * G::LC + m] * Tm[m * G::LC + col];
+      Z[r * G::LC + col] = acc;
+    }
+    blk.sync();
+    for (int e = blk.tid(); e < kSub * ni; e += G::NTHR) {
+      const int r = e / ni, col = e % ni;
+      float acc = 0.0f;
+      for (int m = 0; m <= r; ++m) acc += Tm[(ni + r) * G::LC + ni + m] * Z[m * G::LC + col];
+      Tm[(ni + r) * G::LC + col] = -acc;
+    }
+    blk.sync();
+  }
+}
+
+// ======================================================================================
+// intra (forward, kBwd = false) and recompute (backward, kBwd = true)
+// ======================================================================================
+template <class G, class T, bool kBwd, class Blk>
+KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+                           int64_t n, float* smem) {
+  const Dims& dm = a.dims;
+  const ChunkPos cp(dm, bh, n);
+  const float scale = resolved_scale(a);
+  // shared memory (floats): Pq, Pk, Tm [C][LC]; Z [16][LC]; rq, rk, be [C]; part [8C];
+  // six slices [C][LS]
+  float* Pq = smem;              // P(q^,k^) -> A_qk = scale P (s <= r)
+  float* Pk = Pq + G::CC;        // P(k^,k^) -> A = diag(beta) P (s < r)
+  float* Tm = Pk + G::CC;        // (I + A)^{-1}
+  float* Z = Tm + G::CC;         // solve scratch
+  float* rq = Z + kSub * G::LC;
+  float* rk = rq + G::C;
+  float* be = rk + G::C;
+  float* part = be + G::C;       // 8C (row-stats scratch: 2 * C * D/32)
+  float* s0 = part + 8 * G::C;   // slices
+  float* s1 = s0 + G::SLICE;
+  float* s2 = s1 + G::SLICE;
+  float* s3 = s2 + G::SLICE;
+  float* gs = s3 + G::SLICE;
+  float* s5 = gs + G::SLICE;
+
+  if (kBwd && bh == 0 && n == 0)
+    for (int64_t i = blk.tid(); i < dm.H; i += G::NTHR) ws.counters[i] = 0u;
+
+  chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
+  for (int e = blk.tid(); e < G::C * G::LC; e += G::NTHR) {
+    Pq[e] = 0.0f;
+    Pk[e] = 0.0f;
+  }
+  // ---- scores: K slices --------------------------------------------------------------
+  for (int ks = 0; ks < G::NKS; ++ks) {
+    const int k0 = ks * G::KS;
+    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
+    row_to_block_start<G>(blk, gs, s0, s2);
+    row_to_block_start<G>(blk, gs, s1, s3);
+    blk.sync();
+    accumulate_scores<G>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
+  }
+  for (int e = blk.tid(); e < G::C * G::C; e += G::NTHR) {
+    const int r = e / G::C, s = e % G::C;
+    Pq[r * G::LC + s] = s <= r ? scale * Pq[r * G::LC + s] : 0.0f;
+    Pk[r * G::LC + s] = s < r ? be[r] * Pk[r * G::LC + s] : 0.0f;
+  }
+  blk.sync();
+  solve_unit_lower<G>(blk, Pk, Tm, Z);
+
+  // ---- W, Qp (or scale Q~), Kbar, gamma: K slices ------------------------------------------
+  for (int ks = 0; ks < G::NKS; ++ks) {
+    const int k0 = ks * G::KS;
+    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
+    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+      const int r = e / G::KS, c = e % G::KS;
+      const float g = gs[r * G::LS + c];
+      const float eg = exp2f(g);
+      s2[r * G::LS + c] = be[r] * s1[r * G::LS + c] * eg;   // beta K~
+      s3[r * G::LS + c] = scale * s0[r * G::LS + c] * eg;   // scale Q~
+      ws.t3[cp.ws(dm, r, k0 + c)] = s1[r * G::LS + c] * exp2f(gs[(G::C - 1) * G::LS + c] - g);
+      if (kBwd) ws.t2[cp.ws(dm, r, k0 + c)] = s3[r * G::LS + c];
+    }
+    for (int c = blk.tid(); c < G::KS; c += G::NTHR)
+      ws.gamma[cp.gam(dm, k0 + c)] = gs[(G::C - 1) * G::LS + c] * kLn2;
+    blk.sync();
+    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+      const int r = e / G::KS, c = e % G::KS;
+      float acc = 0.0f;
+      for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s2[s * G::LS + c];
+      s5[r * G::LS + c] = acc;
+      ws.t0[cp.ws(dm, r, k0 + c)] = acc;
+    }
+    blk.sync();
+    if (!kBwd) {
+      for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+        const int r = e / G::KS, c = e % G::KS;
+        float acc = s3[r * G::LS + c];
+        for (int s = 0; s <= r; ++s) acc -= Pq[r * G::LC + s] * s5[s * G::LS + c];
+        ws.t2[cp.ws(dm, r, k0 + c)] = acc;
+      }
+      blk.sync();
+    }
+  }
+  // ---- U, Ob (or A_qk^T dO): V slices -----------------------------------------------------
+  for (int vs = 0; vs < G::NKS; ++vs) {
+    const int v0 = vs * G::KS;
+    load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.v), v0, be, s0);  // beta V
+    if (kBwd) load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, s1);
+    blk.sync();
+    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+      const int r = e / G::KS, c = e % G::KS;
+      float acc = 0.0f;
+      for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s0[s * G::LS + c];
+      s2[r * G::LS + c] = acc;
+      ws.t1[cp.ws(dm, r, v0 + c)] = acc;
+    }
+    blk.sync();
+    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+      const int r = e / G::KS, c = e % G::KS;
+      float acc = 0.0f;
+      if (!kBwd) {
+        for (int s = 0; s <= r; ++s) acc += Pq[r * G::LC + s] * s2[s * G::LS + c];
+      } else {
+        for (int m = r; m < G::C; ++m) acc += Pq[m * G::LC + r] * s1[m * G::LS + c];
+      }
+      ws.t4[cp.ws(dm, r, v0 + c)] = acc;
+    }
+    blk.sync();
+  }
+}
+
+// ======================================================================================
+// inter (forward state scan), one block per (b, h, V tile of BV columns)
+// ======================================================================================
+template <class G, class T, class Blk>
+KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+                           int vt, float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, D = G::D, BV = G::BV, LD = G::LD, LBV = G::LBV, NT_ = G::NTHR_I;
+  constexpr int RG = NT_ / BV;        // row groups
+  constexpr int RM = C / RG;          // rows per thread (Delta, O)
+  constexpr int IM = D / RG;          // state rows per thread (S update)
+  const int64_t NT = dm.NT(), Tp = dm.Tp();
+  const int v0 = vt * BV;
+  T* o = static_cast<T*>(a.o);
+  float* Ws = smem;                   // [C][LD]  W
+  float* Qs = Ws + C * LD;            // [C][LD]  Qp
+  float* Ks = Qs + C * LD;            // [C][LD]  Kbar
+  float* Us = Ks + C * LD;            // [C][LBV] U
+  float* Os = Us + C * LBV;           // [C][LBV] Ob
+  float* Ds = Os + C * LBV;           // [C][LBV] Delta
+  float* S = Ds + C * LBV;            // [D][LBV] state tile
+  float* eg = S + D * LBV;            // [D] e^gamma
+  const int tid = blk.tid();
+  const int j = tid % BV, rg = tid / BV;
+
+  for (int e = tid; e < D * BV; e += NT_) {
+    const int i = e / BV, jj = e % BV;
+    S[i * LBV + jj] = a.h0 ? a.h0[(bh * D + i) * D + v0 + jj] : 0.0f;
+  }
+  const int64_t b = bh / dm.H, h = bh % dm.H;
+  for (int64_t n = 0; n < NT; ++n) {
+    const int64_t row0 = bh * Tp + n * C;
+    for (int e = tid; e < C * D; e += NT_) {
+      const int r = e / D, i = e % D;
+      const int64_t gi = (row0 + r) * D + i;
+      Ws[r * LD + i] = ws.t0[gi];
+      Qs[r * LD + i] = ws.t2[gi];
+      Ks[r * LD + i] = ws.t3[gi];
+    }
+    for (int e = tid; e < C * BV; e += NT_) {
+      const int r = e / BV, jj = e % BV;
+      const int64_t gi = (row0 + r) * D + v0 + jj;
+      Us[r * LBV + jj] = ws.t1[gi];
+      Os[r * LBV + jj] = ws.t4[gi];
+    }
+    for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
+    blk.sync();  // S of the previous step complete, tiles loaded
+    for (int e = tid; e < D * BV; e += NT_) {
+      const int i = e / BV, jj = e % BV;
+      a.h[((bh * NT + n) * D + i) * D + v0 + jj] = S[i * LBV + jj];
+    }
+    {
+      float dl[RM], oo[RM];
+KDA_UNROLL
+      for (int m = 0; m < RM; ++m) {
+        dl[m] = Us[(rg + m * RG) * LBV + j];
+        oo[m] = Os[(rg + m * RG) * LBV + j];
+      }
+      for (int i = 0; i < D; ++i) {
+        const float sv = S[i * LBV + j];
+KDA_UNROLL
+        for (int m = 0; m < RM; ++m) {
+          dl[m] -= Ws[(rg + m * RG) * LD + i] * sv;
+          oo[m] += Qs[(rg + m * RG) * LD + i] * sv;
+        }
+      }
+      const int64_t t0 = n * C;
+KDA_UNROLL
+      for (int m = 0; m < RM; ++m) {
+        const int r = rg + m * RG;
+        Ds[r * LBV + j] = dl[m];
+        if (t0 + r < dm.T) st(o, ((b * dm.T + t0 + r) * dm.H + h) * D + v0 + j, oo[m]);
+      }
+    }
+    blk.sync();  // Delta complete; everybody done reading S
+    {
+      float acc[IM];
+KDA_UNROLL
+      for (int m = 0; m < IM; ++m) acc[m] = eg[rg + m * RG] * S[(rg + m * RG) * LBV + j];
+      for (int r = 0; r < C; ++r) {
+        const float dv = Ds[r * LBV + j];
+KDA_UNROLL
+        for (int m = 0; m < IM; ++m) acc[m] += Ks[r * LD + rg + m * RG] * dv;
+      }
+KDA_UNROLL
+      for (int m = 0; m < IM; ++m) S[(rg + m * RG) * LBV + j] = acc[m];
+    }
+    blk.sync();  // S updated before the next step's tiles overwrite Ws..Ds
+  }
+  if (a.ht)
+    for (int e = tid; e < D * BV; e += NT_) {
+      const int i = e / BV, jj = e % BV;
+      a.ht[(bh * D + i) * D + v0 + jj] = S[i * LBV + jj];
+    }
+}
+
+// ======================================================================================
+// inter adjoint (backward, reverse scan), one block per (b, h), full V
+// ======================================================================================
+template <class G, class T, class Blk>
+KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+                                   float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, D = G::D, LD = G::LD, RB = G::RB, NT_ = G::NTHR_A;
+  constexpr int NACC = D * D / NT_;   // S' accumulator elements per thread
+  const int64_t NT = dm.NT(), Tp = dm.Tp();
+  const T* dO = static_cast<const T*>(a.dO);
+  float* S = smem;                    // [D][LD]  h[n]
+  float* Sp = S + D * LD;             // [D][LD]  S' = dL/dS after chunk n
+  float* Wr = Sp + D * LD;            // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;           // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;           // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;           // [RB][LD] U -> Delta
+  float* Or = Ur + RB * LD;           // [RB][LD] dO
+  float* Dr = Or + RB * LD;           // [RB][LD] A_qk^T dO -> dDelta
+  float* eg = Dr + RB * LD;           // [D]
+  const int tid = blk.tid();
+  const int64_t b = bh / dm.H, h = bh % dm.H;
+
+  for (int e = tid; e < D * D; e += NT_)
+    Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
+  float acc[NACC];
+KDA_UNROLL
+  for (int m = 0; m < NACC; ++m) acc[m] = 0.0f;
+
+  for (int64_t n = NT - 1; n >= 0; --n) {
+    for (int e = tid; e < D * D; e += NT_) S[(e / D) * LD + e % D] = a.h[(bh * NT + n) * D * D + e];
+    for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
+    for (int rb = 0; rb < C / RB; ++rb) {
+      const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
+      const int64_t t0 = n * C + rb * RB;               // token row
+      for (int e = tid; e < RB * D; e += NT_) {
+        const int r = e / D, i = e % D;
+        const int64_t gi = (row0 + r) * D + i;
+        Wr[r * LD + i] = ws.t0[gi];
+        Qr[r * LD + i] = ws.t2[gi];
+        Kr[r * LD + i] = ws.t3[gi];
+        Ur[r * LD + i] = ws.t1[gi];
+        Dr[r * LD + i] = ws.t4[gi];
+        Or[r * LD + i] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
+      }
+      blk.sync();  // also orders the S / eg loads above
+      // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (element (r, j), in place)
+      for (int e = tid; e < RB * D; e += NT_) {
+        const int r = e / D, j = e % D;
+        float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
+        for (int i = 0; i < D; ++i) {
+          dl -= Wr[r * LD + i] * S[i * LD + j];
+          dd += Kr[r * LD + i] * Sp[i * LD + j];
+        }
+        Ur[r * LD + j] = dl;
+        Dr[r * LD + j] = dd;
+        const int64_t gi = (row0 + r) * D + j;
+        ws.t1[gi] = dl;
+        ws.t4[gi] = dd;
+      }
+      blk.sync();
+      // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i))
+      for (int e = tid; e < RB * D; e += NT_) {
+        const int r = e / D, i = e % D;
+        float xq = 0.0f, xw = 0.0f, xk = 0.0f;
+        for (int j = 0; j < D; ++j) {
+          const float sv = S[i * LD + j];
+          xq += Or[r * LD + j] * sv;
+          xw += Dr[r * LD + j] * sv;
+          xk += Ur[r * LD + j] * Sp[i * LD + j];
+        }
+        const int64_t gi = (row0 + r) * D + i;
+        ws.t2[gi] = xq;
+        ws.t0[gi] = xw;
+        ws.t3[gi] = xk;
+      }
+      // acc += scale Q~^T dO - W^T dDelta over the block's rows
+KDA_UNROLL
+      for (int m = 0; m < NACC; ++m) {
+        const int e = tid + m * NT_;
+        const int i = e / D, j = e % D;
+        float s = 0.0f;
+        for (int r = 0; r < RB; ++r) s += Qr[r * LD + i] * Or[r * LD + j] - Wr[r * LD + i] * Dr[r * LD + j];
+        acc[m] += s;
+      }
+      blk.sync();  // row tiles free for the next block
+    }
+    // dgamma_s = e^gamma * sum_v S S'  (one warp per state row)
+    {
+      const int lane = tid % 32, warp = tid / 32;
+      for (int i = warp; i < D; i += NT_ / 32) {
+        float s = 0.0f;
+        for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
+        s = blk.warp_sum(s);
+        if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
+      }
+    }
+    blk.sync();
+KDA_UNROLL
+    for (int m = 0; m < NACC; ++m) {
+      const int e = tid + m * NT_;
+      const int i = e / D, j = e % D;
+      Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
+      acc[m] = 0.0f;
+    }
+    blk.sync();
+  }
+  if (a.dh0)
+    for (int e = tid; e < D * D; e += NT_) a.dh0[bh * D * D + e] = Sp[(e / D) * LD + e % D];
+}
+
+// ======================================================================================
+// intra adjoint (backward, chunk-parallel)
+// ======================================================================================
+template <class G, class T, class Blk>
+KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+                                   int64_t n, float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
+  const ChunkPos cp(dm, bh, n);
+  const float scale = resolved_scale(a);
+  const int tid = blk.tid();
+  // shared memory (floats)
+  float* Pk = smem;              // P(k^,k^) raw (s < r)
+  float* Tm = Pk + G::CC;        // (I + A)^{-1}
+  float* dT = Tm + G::CC;        // dTm -> dA -> dP_kk = beta_r dA
+  float* dQ = dT + G::CC;        // solve scratch (A), then dA_qk -> dP_qk = scale dA_qk
+  float* Zc = dQ + G::CC;        // scratch
+  float* rq = Zc + G::CC;        // [C]
+  float* rk = rq + C;
+  float* be = rk + C;
+  float* dbe = be + C;
+  float* dotq = dbe + C;
+  float* dotk = dotq + C;
+  float* part = dotk + C;        // 8C (row-stats scratch: 2 * C * D/32)
+  float* sl = part + 8 * C;      // 13 slices
+  float* sq = sl;
+  float* sk = sq + G::SLICE;
+  float* gs = sk + G::SLICE;
+  float* gx = gs + G::SLICE;
+  float* ga = gx + G::SLICE;
+  float* X = ga + G::SLICE;
+  float* dG = X + G::SLICE;
+  float* xq = dG + G::SLICE;
+  float* xk = xq + G::SLICE;
+  float* yv = xk + G::SLICE;
+  float* fc = yv + G::SLICE;
+  float* DQ = fc + G::SLICE;
+  float* DK = DQ + G::SLICE;
+  float* ddt = DK + G::SLICE;    // [D] ddt_bias partial of this chunk
+  float* dgam = ddt + G::D;      // [KS]
+  float* red = dgam + KS;        // [NTHR/32 + 4]
+
+  chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
+  for (int e = tid; e < C * LC; e += NTHR) {
+    Pk[e] = 0.0f;
+    dT[e] = 0.0f;
+  }
+  for (int r = tid; r < C; r += NTHR) {
+    dbe[r] = 0.0f;
+    dotq[r] = 0.0f;
+    dotk[r] = 0.0f;
+  }
+  for (int d = tid; d < G::D; d += NTHR) ddt[d] = 0.0f;
+  float dA_acc = 0.0f;  // this thread's share of dA_log
+
+  // ---- P1: P(k^,k^) and dTm_W = -X_w (beta K~)^T, K slices -------------------------------
+  for (int ks = 0; ks < G::NKS; ++ks) {
+    const int k0 = ks * KS;
+    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr);
+    load_ws_slice<G>(blk, dm, cp, ws.t0, k0, X);
+    row_to_block_start<G>(blk, gs, sk, xk);
+    for (int e = tid; e < C * KS; e += NTHR) {
+      const int r = e / KS, c = e % KS;
+      xq[r * LS + c] = sk[r * LS + c] * exp2f(gs[r * LS + c]);  // K~
+    }
+    blk.sync();
+    accumulate_scores<G>(blk, sq, sk, gs, xq /*unused: Pq null*/, xk, yv, nullptr, Pk);
+    for (int p = tid; p < C * C; p += NTHR) {
+      const int r = p / C, s = p % C;
+      if (s >= r) continue;
+      float acc = 0.0f;
+      for (int c = 0; c < KS; ++c) acc += X[r * LS + c] * xq[s * LS + c];
+      dT[r * LC + s] -= be[s] * acc;
+    }
+    blk.sync();
+  }
+  // ---- P2: Tm ------------------------------------------------------------------------------
+  for (int e = tid; e < C * C; e += NTHR) {
+    const int r = e / C, s = e % C;
+    dQ[r * LC + s] = s < r ? be[r] * Pk[r * LC + s] : 0.0f;
+  }
+  blk.sync();
+  solve_unit_lower<G>(blk, dQ, Tm, Zc);
+  for (int e = tid; e < C * LC; e += NTHR) dQ[e] = 0.0f;
+  blk.sync();
+
+  // ---- P3: dA_qk = dO Delta^T, dTm += dDelta (beta V)^T, Y_U = Tm^T dDelta, V slices ------
+  {
+    const T* dO = static_cast<const T*>(a.dO);
+    const T* v = static_cast<const T*>(a.v);
+    T* dv = static_cast<T*>(a.dv);
+    for (int vs = 0; vs < G::NKS; ++vs) {
+      const int v0 = vs * KS;
+      load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
+      load_ws_slice<G>(blk, dm, cp, ws.t1, v0, sk);          // Delta
+      load_ws_slice<G>(blk, dm, cp, ws.t4, v0, X);           // dDelta
+      load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
+      blk.sync();
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int r = e / KS, c = e % KS;
+        xq[r * LS + c] = be[r] * yv[r * LS + c];  // beta V
+      }
+      blk.sync();
+      for (int p = tid; p < C * C; p += NTHR) {
+        const int r = p / C, s = p % C;
+        if (s > r) continue;
+        float aq = 0.0f, at = 0.0f;
+        for (int c = 0; c < KS; ++c) {
+          aq += sq[r * LS + c] * sk[s * LS + c];
+          at += X[r * LS + c] * xq[s * LS + c];
+        }
+        dQ[r * LC + s] += aq;
+        if (s < r) dT[r * LC + s] += at;
+      }
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int s = e / KS, c = e % KS;
+        float yu = 0.0f;
+        for (int r = s; r < C; ++r) yu += Tm[r * LC + s] * X[r * LS + c];
+        if (s < cp.L) st(dv, cp.in(dm, s, v0 + c), be[s] * yu);
+        xk[s * LS + c] = yu * yv[s * LS + c];
+      }
+      blk.sync();
+      for (int s = tid; s < C; s += NTHR) {
+        float acc = 0.0f;
+        for (int c = 0; c < KS; ++c) acc += xk[s * LS + c];
+        dbe[s] += acc;
+      }
+      blk.sync();
+    }
+  }
+  // ---- P4: dA = -Tm^T dTm Tm^T (strict lower), dbeta, dP_kk, dP_qk --------------------------
+  for (int e = tid; e < C * C; e += NTHR) {
+    const int m = e / C, s = e % C;
+    float acc = 0.0f;
+    const int cmax = m - 1 < s ? m - 1 : s;
+    for (int c = 0; c <= cmax; ++c) acc += dT[m * LC + c] * Tm[s * LC + c];
+    Zc[m * LC + s] = acc;
+  }
+  blk.sync();
+  for (int e = tid; e < C * C; e += NTHR) {
+    const int r = e / C, s = e % C;
+    float acc = 0.0f;
+    if (s < r)
+      for (int m = r; m < C; ++m) acc -= Tm[m * LC + r] * Zc[m * LC + s];
+    dT[r * LC + s] = acc;  // dA (0 on and above the diagonal)
+  }
+  blk.sync();
+  for (int r = tid; r < C; r += NTHR) {
+    float acc = 0.0f;
+    for (int s = 0; s < r; ++s) acc += dT[r * LC + s] * Pk[r * LC + s];
+    dbe[r] += acc;
+  }
+  blk.sync();
+  for (int e = tid; e < C * C; e += NTHR) {
+    const int r = e / C, s = e % C;
+    dT[r * LC + s] *= be[r];                                  // dP_kk
+    dQ[r * LC + s] = s <= r ? scale * dQ[r * LC + s] : 0.0f;  // dP_qk
+  }
+  blk.sync();
+
+  // ---- P5: per K slice: Y_W, decay terms, P adjoints, reverse cumsum, gate backward --------
+  {
+    T* df = static_cast<T*>(a.df);
+    const float* dgs = ws.dgamma_s;
+    for (int ks = 0; ks < G::NKS; ++ks) {
+      const int k0 = ks * KS;
+      load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga);
+      load_ws_slice<G>(blk, dm, cp, ws.t0, k0, X);  // X_w
+      row_to_block_start<G>(blk, gs, sq, xq);
+      row_to_block_start<G>(blk, gs, sk, xk);
+      blk.sync();
+      // (a) Y_W = -Tm^T X_w;  dK~ = beta Y_W;  dbeta += Y_W . K~
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int s = e / KS, c = e % KS;
+        float yw = 0.0f;
+        for (int r = s; r < C; ++r) yw -= Tm[r * LC + s] * X[r * LS + c];
+        const float kt = sk[s * LS + c] * exp2f(gs[s * LS + c]);
+        const float t = be[s] * yw;
+        DK[s * LS + c] = t * exp2f(gs[s * LS + c]);
+        dG[s * LS + c] = t * kt;
+        yv[s * LS + c] = yw * kt;
+      }
+      blk.sync();
+      for (int s = tid; s < C; s += NTHR) {
+        float acc = 0.0f;
+        for (int c = 0; c < KS; ++c) acc += yv[s * LS + c];
+        dbe[s] += acc;
+      }
+      load_ws_slice<G>(blk, dm, cp, ws.t2, k0, X);  // X_q (X_w no longer read)
+      blk.sync();
+      // (b) dQ~ = scale X_q
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int r = e / KS, c = e % KS;
+        const float t = scale * X[r * LS + c] * exp2f(gs[r * LS + c]);
+        DQ[r * LS + c] = t;
+        dG[r * LS + c] += t * sq[r * LS + c];
+      }
+      blk.sync();
+      load_ws_slice<G>(blk, dm, cp, ws.t3, k0, X);  // X_k = dKbar
+      blk.sync();
+      // (c) Kbar = K^ e^{gamma - Gamma}
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int r = e / KS, c = e % KS;
+        const float t = X[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - gs[r * LS + c]);
+        DK[r * LS + c] += t;
+        dG[r * LS + c] -= t * sk[r * LS + c];
+      }
+      for (int c = tid; c < KS; c += NTHR) {
+        float acc = dgs[cp.gam(dm, k0 + c)];
+        for (int r = 0; r < C; ++r)
+          acc += X[r * LS + c] * sk[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - gs[r * LS + c]);
+        dgam[c] = acc;
+      }
+      // (d) P adjoints, diagonal sub-blocks: element (x, c) takes its row terms (x = r)
+      // and its column terms (x = s); ownership of (x, c) is the same in every loop below.
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int x = e / KS, c = e % KS;
+        const int n0 = (x / kSub) * kSub;
+        const float gx_ = gs[x * LS + c];
+        float rqs = 0.0f, rks = 0.0f, cc = 0.0f;
+        for (int s = n0; s <= x; ++s) {  // row terms, s <= x
+          const float ks_ = sk[s * LS + c] * exp2f(gx_ - gs[s * LS + c]);
+          rqs += dQ[x * LC + s] * ks_;
+          rks += dT[x * LC + s] * ks_;   // dT[x][x] = 0
+        }
+        for (int r = x; r < n0 + kSub; ++r) {  // column terms, r >= x
+          const float ee = exp2f(gs[r * LS + c] - gx_);
+          cc += (dQ[r * LC + x] * sq[r * LS + c] + dT[r * LC + x] * sk[r * LS + c]) * ee;
+        }
+        DQ[x * LS + c] += rqs;
+        DK[x * LS + c] += rks + cc;
+        dG[x * LS + c] += sq[x * LS + c] * rqs + sk[x * LS + c] * rks - sk[x * LS + c] * cc;
+      }
+      // off-diagonal sub-blocks, through the first row ni of the later sub-block
+      for (int i = 1; i < G::NB; ++i) {
+        const int ni = i * kSub;
+        blk.sync();  // previous users of yv / fc done
+        col_to_block_start<G>(blk, ni, gs, sk, yv, fc);
+        blk.sync();
+        for (int e = tid; e < C * KS; e += NTHR) {
+          const int x = e / KS, c = e % KS;
+          if (x >= ni && x < ni + kSub) {  // rows of sub-block i: s < ni
+            float rqs = 0.0f, rks = 0.0f;
+            for (int s = 0; s < ni; ++s) {
+              const float y = yv[s * LS + c];
+              rqs += dQ[x * LC + s] * y;
+              rks += dT[x * LC + s] * y;
+            }
+            const float fr = exp2f(gs[x * LS + c] - gs[ni * LS + c]);
+            rqs *= fr;
+            rks *= fr;
+            DQ[x * LS + c] += rqs;
+            DK[x * LS + c] += rks;
+            dG[x * LS + c] += sq[x * LS + c] * rqs + sk[x * LS + c] * rks;
+          } else if (x < ni) {  // columns s = x against rows of sub-block i
+            float cc = 0.0f;
+            for (int r = ni; r < ni + kSub; ++r)
+              cc += dQ[r * LC + x] * xq[r * LS + c] + dT[r * LC + x] * xk[r * LS + c];
+            cc *= fc[x * LS + c];
+            DK[x * LS + c] += cc;
+            dG[x * LS + c] -= sk[x * LS + c] * cc;
+          }
+        }
+      }
+      blk.sync();
+      // (e) dgamma lands on the last row (g = 0 beyond L, so row C-1 carries gamma);
+      // (f) dg = reverse cumsum of dGamma; ddt_bias partial
+      for (int c = tid; c < KS; c += NTHR) {
+        dG[(C - 1) * LS + c] += dgam[c];
+        float acc = 0.0f, dsum = 0.0f;
+        for (int r = C - 1; r >= 0; --r) {
+          acc += dG[r * LS + c];
+          dG[r * LS + c] = acc;
+          dsum += acc * gx[r * LS + c];
+        }
+        ddt[k0 + c] += dsum;
+      }
+      blk.sync();
+      // (g) gate backward, pre-norm dq^ / dk^ out (over the consumed X_q / X_k slices), row dots
+      for (int e = tid; e < C * KS; e += NTHR) {
+        const int r = e / KS, c = e % KS;
+        const float dg = dG[r * LS + c];
+        if (r < cp.L) st(df, cp.in(dm, r, k0 + c), dg * gx[r * LS + c]);
+        dA_acc += dg * ga[r * LS + c];
+        ws.t2[cp.ws(dm, r, k0 + c)] = DQ[r * LS + c];
+        ws.t3[cp.ws(dm, r, k0 + c)] = DK[r * LS + c];
+      }
+      for (int r = tid; r < C; r += NTHR) {
+        float aq = 0.0f, ak = 0.0f;
+        for (int c = 0; c < KS; ++c) {
+          aq += DQ[r * LS + c] * sq[r * LS + c];
+          ak += DK[r * LS + c] * sk[r * LS + c];
+        }
+        dotq[r] += aq;
+        dotk[r] += ak;
+      }
+      blk.sync();
+    }
+  }
+  // ---- P6: L2-norm backward, dbeta -> db ---------------------------------------------------
+  {
+    const T* q = static_cast<const T*>(a.q);
+    const T* k = static_cast<const T*>(a.k);
+    T* dq = static_cast<T*>(a.dq);
+    T* dk = static_cast<T*>(a.dk);
+    T* db = static_cast<T*>(a.db);
+    for (int e = tid; e < C * G::D; e += NTHR) {
+      const int r = e / G::D, col = e % G::D;
+      if (r >= cp.L) continue;
+      const int64_t ii = cp.in(dm, r, col);
+      const float qh = ld(q, ii) * rq[r], kh = ld(k, ii) * rk[r];
+      const float dqh = ws.t2[cp.ws(dm, r, col)], dkh = ws.t3[cp.ws(dm, r, col)];
+      st(dq, ii, rq[r] * (dqh - dotq[r] * qh));
+      st(dk, ii, rk[r] * (dkh - dotk[r] * kh));
+    }
+    for (int r = tid; r < cp.L; r += NTHR) st(db, cp.in_row(dm, r), dbe[r] * be[r] * (1.0f - be[r]));
+  }
+  // ---- P7: dA_log / ddt_bias partials, last block of the head reduces ----------------------
+  {
+    const float wsum = blk.warp_sum(dA_acc);
+    if (tid % 32 == 0) red[tid / 32] = wsum;
+    blk.sync();
+    const int64_t prow = (cp.b * dm.NT() + n) * dm.H + cp.h;  // [B*NT, H, D+1]
+    float* mine = ws.partials + prow * (G::D + 1);
+    for (int d = tid; d < G::D; d += NTHR) mine[d] = ddt[d];
+    if (tid == 0) {
+      float s = 0.0f;
+      for (int w = 0; w < NTHR / 32; ++w) s += red[w];
+      mine[G::D] = s;
+    }
+    blk.fence();  // every writer publishes its partials before the block counts itself done
+    blk.sync();
+    if (tid == 0) {
+      const uint32_t done = blk.arrive(&ws.counters[cp.h]);
+      red[NTHR / 32] = done == static_cast<uint32_t>(dm.B * dm.NT() - 1) ? 1.0f : 0.0f;
+    }
+    blk.sync();
+    if (red[NTHR / 32] != 0.0f) {
+      blk.acquire();
+      const int64_t rows = dm.B * dm.NT();
+      for (int d = tid; d <= G::D; d += NTHR) {
+        float s = 0.0f;
+        for (int64_t pr = 0; pr < rows; ++pr)
+          s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (G::D + 1) + d);
+        if (d < G::D) a.ddt_bias[cp.h * G::D + d] = s;
+        else a.dA_log[cp.h] = s;
+      }
+    }
+  }
+}
+
+// ---- host-side dispatch over the instantiated configurations ---------------------------
+// f.template operator()<Cfg<D, C>, T>() for the runtime (D, C, dtype); callers validated them.
+template <class F>
+inline void dispatch_config(const Dims& dm, DType dtype, F&& f) {
+  auto with_dtype = [&]<int D, int C>() {
+    if (dtype == DType::bf16) f.template operator()<Cfg<D, C>, bfloat16>();
+    else f.template operator()<Cfg<D, C>, float>();
+  };
+  if (dm.D == 64) {
+    if (dm.C == 16) with_dtype.template operator()<64, 16>();
+    else if (dm.C == 32) with_dtype.template operator()<64, 32>();
+    else with_dtype.template operator()<64, 64>();
+  } else {
+    if (dm.C == 16) with_dtype.template operator()<128, 16>();
+    else if (dm.C == 32) with_dtype.template operator()<128, 32>();
+    else with_dtype.template operator()<128, 64>();
+  }
+}
+
+}  // namespace lt::kda::blocks

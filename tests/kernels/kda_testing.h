@@ -1,0 +1,187 @@
+// Test helpers for KDA (CPU and CUDA tests): realistic random inputs (as fla's tests),
+// the float64 naive reference, typed host copies for the fused path, relative errors.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/half.h"
+#include "kernels/kda.h"
+
+namespace lt::kda::testing {
+
+// Fresh seed per process unless LT_TEST_SEED is set; printed so a failure can be replayed.
+inline uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("LT_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(s, nullptr, 10));
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return seed;
+}
+
+struct Case {
+  Dims dims;
+  bool h0 = false;
+  bool dht = false;
+  Gate gate;
+  DType dtype = DType::f32;
+  std::string name() const {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s", (long long)dims.B,
+                  (long long)dims.T, (long long)dims.H, dims.D, dims.C, dtype_name(dtype),
+                  h0 ? " h0" : "", dht ? " dht" : "", gate.use_lower_bound ? " lb" : "");
+    return buf;
+  }
+};
+
+// All inputs in double. With dtype bf16 the [B,T,H,*] inputs and dO are rounded to bf16
+// values, so the reference sees exactly what the kernels see.
+struct Data {
+  std::vector<double> q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
+};
+
+inline double round_to(DType dt, double x) {
+  if (dt == DType::bf16) return static_cast<float>(bfloat16(static_cast<float>(x)));
+  if (dt == DType::f32) return static_cast<float>(x);
+  return x;
+}
+
+inline Data make_data(const Case& c, uint64_t seed) {
+  const Dims& d = c.dims;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nrm(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const size_t n = static_cast<size_t>(d.B * d.T * d.H * d.D);
+  auto randn = [&](size_t m, double sd = 1.0) {
+    std::vector<double> x(m);
+    for (auto& e : x) e = round_to(c.dtype, sd * nrm(rng));
+    return x;
+  };
+  Data x;
+  x.q = randn(n);
+  x.k = randn(n);
+  x.v = randn(n);
+  x.f = randn(n);
+  x.b = randn(static_cast<size_t>(d.B * d.T * d.H));
+  x.dO = randn(n);
+  x.A_log.resize(d.H);
+  for (auto& e : x.A_log) e = static_cast<float>(std::log(1.0 + 15.0 * uni(rng)));  // log U(1,16)
+  x.dt_bias.resize(static_cast<size_t>(d.H * d.D));
+  for (auto& e : x.dt_bias) {  // softplus^-1(dt), dt = exp(U(ln 1e-3, ln 0.1)) >= 1e-4
+    double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(0.1) - std::log(1e-3)));
+    dt = std::max(dt, 1e-4);
+    e = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+  }
+  const size_t ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
+  if (c.h0) {
+    x.h0.resize(ns);
+    for (auto& e : x.h0) e = static_cast<float>(0.5 * nrm(rng));
+  }
+  if (c.dht) {
+    x.dht.resize(ns);
+    for (auto& e : x.dht) e = static_cast<float>(0.5 * nrm(rng));
+  }
+  return x;
+}
+
+struct Result {  // outputs and gradients in double
+  std::vector<double> o, ht, dq, dk, dv, df, db, dA_log, ddt_bias, dh0;
+};
+
+inline Result run_naive(const Case& c, const Data& x) {
+  const Dims& d = c.dims;
+  NaiveInputs<double> in;
+  in.dims = d;
+  in.q = x.q.data(); in.k = x.k.data(); in.v = x.v.data(); in.f = x.f.data(); in.b = x.b.data();
+  in.A_log = x.A_log.data(); in.dt_bias = x.dt_bias.data();
+  in.h0 = c.h0 ? x.h0.data() : nullptr;
+  in.gate = c.gate;
+  Result r;
+  const size_t n = x.q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
+  r.o.resize(n); r.ht.resize(ns);
+  naive_forward<double>(in, r.o.data(), r.ht.data());
+  r.dq.resize(n); r.dk.resize(n); r.dv.resize(n); r.df.resize(n); r.db.resize(x.b.size());
+  r.dA_log.resize(d.H); r.ddt_bias.resize(static_cast<size_t>(d.H * d.D)); r.dh0.resize(ns);
+  NaiveGrads<double> g{r.dq.data(), r.dk.data(), r.dv.data(), r.df.data(), r.db.data(),
+                       r.dA_log.data(), r.ddt_bias.data(), r.dh0.data()};
+  naive_backward<double>(in, x.dO.data(), c.dht ? x.dht.data() : nullptr, g);
+  return r;
+}
+
+// ||x - ref|| / ||ref||; NaN anywhere gives NaN (never passes a < comparison).
+inline double rel_err(const std::vector<double>& x, const std::vector<double>& ref) {
+  if (x.size() != ref.size()) return NAN;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) return NAN;
+    num += (x[i] - ref[i]) * (x[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
+}
+
+// Host buffers in the kernel dtype (float or bf16 bits).
+struct Typed {
+  DType dt;
+  std::vector<float> f32;
+  std::vector<bfloat16> b16;
+  Typed(DType d, const std::vector<double>& x) : dt(d) {
+    if (d == DType::bf16) { b16.resize(x.size()); for (size_t i = 0; i < x.size(); ++i) b16[i] = bfloat16(static_cast<float>(x[i])); }
+    else { f32.resize(x.size()); for (size_t i = 0; i < x.size(); ++i) f32[i] = static_cast<float>(x[i]); }
+  }
+  Typed(DType d, size_t n) : dt(d) {  // poisoned with NaN
+    if (d == DType::bf16) b16.assign(n, bfloat16::from_bits(0xFFFF));
+    else f32.assign(n, NAN);
+  }
+  void* data() { return dt == DType::bf16 ? static_cast<void*>(b16.data()) : static_cast<void*>(f32.data()); }
+  size_t bytes() const { return dt == DType::bf16 ? b16.size() * 2 : f32.size() * 4; }
+  size_t size() const { return dt == DType::bf16 ? b16.size() : f32.size(); }
+  std::vector<double> to_double() const {
+    std::vector<double> r(size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = dt == DType::bf16 ? static_cast<float>(b16[i]) : f32[i];
+    return r;
+  }
+};
+
+inline std::vector<float> to_f32(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
+inline std::vector<double> to_f64(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+// Per-quantity errors of a result against a reference; prints one line and returns the worst.
+struct ErrReport {
+  std::vector<std::pair<std::string, double>> items;
+  double worst() const {
+    double w = 0;
+    for (auto& [n, e] : items) { if (std::isnan(e)) return NAN; w = std::max(w, e); }
+    return w;
+  }
+  std::string str() const {
+    std::string s;
+    char buf[64];
+    for (auto& [n, e] : items) { std::snprintf(buf, sizeof(buf), " %s %.2e", n.c_str(), e); s += buf; }
+    return s;
+  }
+};
+
+inline ErrReport compare(const Result& x, const Result& ref, bool fwd_only, bool with_ht, bool with_dh0) {
+  ErrReport r;
+  r.items.push_back({"o", rel_err(x.o, ref.o)});
+  if (with_ht) r.items.push_back({"ht", rel_err(x.ht, ref.ht)});
+  if (fwd_only) return r;
+  r.items.push_back({"dq", rel_err(x.dq, ref.dq)});
+  r.items.push_back({"dk", rel_err(x.dk, ref.dk)});
+  r.items.push_back({"dv", rel_err(x.dv, ref.dv)});
+  r.items.push_back({"df", rel_err(x.df, ref.df)});
+  r.items.push_back({"db", rel_err(x.db, ref.db)});
+  r.items.push_back({"dA_log", rel_err(x.dA_log, ref.dA_log)});
+  r.items.push_back({"ddt_bias", rel_err(x.ddt_bias, ref.ddt_bias)});
+  if (with_dh0) r.items.push_back({"dh0", rel_err(x.dh0, ref.dh0)});
+  return r;
+}
+
+}  // namespace lt::kda::testing

@@ -1,0 +1,175 @@
+// KDA on the CPU: the naive recurrence against finite differences (float64), and the CPU
+// twins of the fused kernels (the kernels' own block programs on an emulated block)
+// against the naive recurrence. Inputs are fresh random draws each run (seed printed;
+// LT_TEST_SEED=<n> replays one).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "kernels/kda.h"
+#include "tests/kernels/kda_testing.h"
+
+using namespace lt;
+using namespace lt::kda;
+using namespace lt::kda::testing;
+
+namespace {
+
+// L = sum o * dO + sum ht * dht, evaluated by the naive forward in float64.
+double naive_loss(const Case& c, const Data& x) {
+  NaiveInputs<double> in;
+  in.dims = c.dims;
+  in.q = x.q.data(); in.k = x.k.data(); in.v = x.v.data(); in.f = x.f.data(); in.b = x.b.data();
+  in.A_log = x.A_log.data(); in.dt_bias = x.dt_bias.data();
+  in.h0 = c.h0 ? x.h0.data() : nullptr;
+  in.gate = c.gate;
+  std::vector<double> o(x.q.size()), ht(static_cast<size_t>(c.dims.B * c.dims.H * c.dims.D * c.dims.D));
+  naive_forward<double>(in, o.data(), ht.data());
+  double L = 0;
+  for (size_t i = 0; i < o.size(); ++i) L += o[i] * x.dO[i];
+  if (c.dht)
+    for (size_t i = 0; i < ht.size(); ++i) L += ht[i] * x.dht[i];
+  return L;
+}
+
+// Central differences of naive_loss with respect to every element of *p.
+std::vector<double> finite_diff(const Case& c, Data& x, std::vector<double>* p, double eps) {
+  std::vector<double> g(p->size());
+  for (size_t i = 0; i < p->size(); ++i) {
+    const double keep = (*p)[i];
+    (*p)[i] = keep + eps;
+    const double lp = naive_loss(c, x);
+    (*p)[i] = keep - eps;
+    const double lm = naive_loss(c, x);
+    (*p)[i] = keep;
+    g[i] = (lp - lm) / (2 * eps);
+  }
+  return g;
+}
+
+Result run_fused_twin(const Case& c, const Data& x) {
+  const Dims& d = c.dims;
+  const size_t n = x.q.size(), nb = x.b.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
+  Typed q(c.dtype, x.q), k(c.dtype, x.k), v(c.dtype, x.v), f(c.dtype, x.f), b(c.dtype, x.b), dO(c.dtype, x.dO);
+  std::vector<float> A_log = to_f32(x.A_log), dt_bias = to_f32(x.dt_bias), h0 = to_f32(x.h0), dht = to_f32(x.dht);
+  Typed o(c.dtype, n), dq(c.dtype, n), dk(c.dtype, n), dv(c.dtype, n), df(c.dtype, n), db(c.dtype, nb);
+  std::vector<float> ht(ns, NAN), h(trajectory_bytes(d) / 4, NAN), dA_log(d.H, NAN), ddt(d.H * d.D, NAN), dh0(ns, NAN);
+  const WorkspaceBytes wb = workspace_bytes(d);
+  std::vector<float> t[5], gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
+  std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
+  auto poison_ws = [&] {
+    for (auto& e : t) e.assign(wb.tile / 4, NAN);
+    std::fill(gam.begin(), gam.end(), NAN);
+  };
+  Workspace ws;
+  poison_ws();
+  ws.t0 = t[0].data(); ws.t1 = t[1].data(); ws.t2 = t[2].data(); ws.t3 = t[3].data(); ws.t4 = t[4].data();
+  ws.gamma = gam.data(); ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
+
+  FusedArgs a;
+  a.dims = d; a.dtype = c.dtype; a.gate = c.gate;
+  a.q = q.data(); a.k = k.data(); a.v = v.data(); a.f = f.data(); a.b = b.data();
+  a.A_log = A_log.data(); a.dt_bias = dt_bias.data(); a.h0 = c.h0 ? h0.data() : nullptr;
+  a.o = o.data(); a.ht = ht.data(); a.h = h.data();
+  fused_forward_cpu(a, ws);
+
+  poison_ws();  // the backward must rebuild everything it reads from the workspace
+  a.dO = dO.data(); a.dht = c.dht ? dht.data() : nullptr;
+  a.dq = dq.data(); a.dk = dk.data(); a.dv = dv.data(); a.df = df.data(); a.db = db.data();
+  a.dA_log = dA_log.data(); a.ddt_bias = ddt.data(); a.dh0 = dh0.data();
+  fused_backward_cpu(a, ws);
+
+  Result r;
+  r.o = o.to_double(); r.ht = to_f64(ht);
+  r.dq = dq.to_double(); r.dk = dk.to_double(); r.dv = dv.to_double(); r.df = df.to_double();
+  r.db = db.to_double(); r.dA_log = to_f64(dA_log); r.ddt_bias = to_f64(ddt); r.dh0 = to_f64(dh0);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", "[kda]") {
+  const uint64_t seed = test_seed();
+  for (bool lb : {false, true}) {
+    Case c;
+    c.dims = Dims{2, 6, 2, 4, 16};
+    c.h0 = true;
+    c.dht = true;
+    c.dtype = DType::f64;
+    c.gate.use_lower_bound = lb;
+    c.gate.lower_bound = -3.0f;
+    Data x = make_data(c, seed);
+    // Sizeable gates and states so every term matters.
+    for (auto& e : x.dt_bias) e += 3.0;
+    Result r = run_naive(c, x);
+    const double eps = 1e-6;
+    struct G { const char* name; std::vector<double>* input; const std::vector<double>* grad; };
+    std::vector<G> gs = {{"dq", &x.q, &r.dq}, {"dk", &x.k, &r.dk}, {"dv", &x.v, &r.dv},
+                         {"df", &x.f, &r.df}, {"db", &x.b, &r.db}, {"dA_log", &x.A_log, &r.dA_log},
+                         {"ddt_bias", &x.dt_bias, &r.ddt_bias}, {"dh0", &x.h0, &r.dh0}};
+    for (auto& g : gs) {
+      const std::vector<double> fd = finite_diff(c, x, g.input, eps);
+      const double e = rel_err(*g.grad, fd);
+      std::printf("[kda] naive vs finite differences (%s, seed %llu): %s rel err %.2e\n",
+                  lb ? "lower-bound gate" : "default gate", (unsigned long long)seed, g.name, e);
+      INFO(g.name << " seed " << seed);
+      CHECK(e < 1e-7);
+    }
+  }
+}
+
+TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]") {
+  Case c;
+  c.dims = Dims{1, 40, 2, 16, 16};
+  c.h0 = true;
+  c.dht = true;
+  const uint64_t seed = test_seed() + 1;
+  Data x = make_data(c, seed);
+  Result ref = run_naive(c, x);
+  NaiveInputs<float> in;
+  std::vector<float> q = to_f32(x.q), k = to_f32(x.k), v = to_f32(x.v), f = to_f32(x.f), b = to_f32(x.b),
+                     A = to_f32(x.A_log), dt = to_f32(x.dt_bias), h0 = to_f32(x.h0), dO = to_f32(x.dO),
+                     dht = to_f32(x.dht);
+  in.dims = c.dims; in.q = q.data(); in.k = k.data(); in.v = v.data(); in.f = f.data(); in.b = b.data();
+  in.A_log = A.data(); in.dt_bias = dt.data(); in.h0 = h0.data();
+  std::vector<float> o(q.size()), ht(h0.size()), dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()),
+      db(b.size()), dA(A.size()), ddt(dt.size()), dh0(h0.size());
+  naive_forward<float>(in, o.data(), ht.data());
+  naive_backward<float>(in, dO.data(), dht.data(),
+                        NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
+  Result r{to_f64(o), to_f64(ht), to_f64(dq), to_f64(dk), to_f64(dv), to_f64(df), to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0)};
+  const ErrReport e = compare(r, ref, false, true, true);
+  std::printf("[kda] naive f32 vs f64:%s\n", e.str().c_str());
+  CHECK(e.worst() < 1e-5);
+}
+
+TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
+  const uint64_t seed = test_seed() + 2;
+  std::vector<Case> cases;
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
+    Case c;
+    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    c.gate.use_lower_bound = lb;
+    cases.push_back(c);
+  };
+  add({1, 37, 2, 64, 16}, false, false, false, DType::f32);   // partial last chunk
+  add({2, 50, 1, 64, 32}, true, true, false, DType::f32);     // initial state, dht
+  add({1, 70, 1, 64, 64}, true, false, true, DType::f32);     // lower-bound gate, 2 chunks
+  add({1, 45, 1, 128, 64}, false, true, false, DType::f32);   // D = 128, one partial chunk
+  add({1, 33, 1, 128, 16}, true, true, false, DType::f32);
+  add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);    // bf16 inputs
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const Data x = make_data(c, seed + i);
+    const Result ref = run_naive(c, x);
+    const Result got = run_fused_twin(c, x);
+    const ErrReport e = compare(got, ref, false, true, true);
+    const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
+    std::printf("[kda] twin vs naive %-34s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
+    INFO(c.name() << " seed " << seed + i << e.str());
+    CHECK(e.worst() < tol);
+  }
+}
