@@ -219,17 +219,24 @@ void erase_free(Impl& s, Block* b) {
 }
 
 // Smallest free block of `pool` with size >= `size` (ties: lowest address), or nullptr.
-Block* find_best_fit(Pool& pool, size_t size) {
+// Oversize blocks (>= max_split) serve only oversize requests, and only when they are less
+// than kLargeBuffer bigger (PyTorch's max_split_size rule): a huge cached block is not
+// carved up by medium requests, so the next huge request finds it whole.
+Block* find_best_fit(Pool& pool, size_t size, size_t max_split) {
   Block key;
   key.size = size;
   key.ptr = 0;
   auto it = pool.free_blocks.lower_bound(&key);
-  return it == pool.free_blocks.end() ? nullptr : *it;
+  if (it == pool.free_blocks.end()) return nullptr;
+  Block* b = *it;
+  if (size < max_split && b->size >= max_split) return nullptr;
+  if (size >= max_split && b->size >= size + kLargeBuffer) return nullptr;
+  return b;
 }
 
-bool should_split(const Block* b, size_t size) {
+bool should_split(const Block* b, size_t size, size_t max_split) {
   size_t remaining = b->size - size;
-  return b->pool->is_small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  return b->pool->is_small ? remaining >= kMinBlockSize : (size < max_split && remaining > kSmallSize);
 }
 
 // A free block returns to its pool: stats, trace, coalescing with free neighbours.
@@ -391,7 +398,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   StreamPools& pools = pools_for(s, stream);
   Pool& pool = size <= kSmallSize ? pools.small : pools.large;
 
-  Block* b = find_best_fit(pool, size);
+  Block* b = find_best_fit(pool, size, s.max_split_size);
   if (b) {
     erase_free(s, b);
     ++s.stats.num_cache_hits;
@@ -402,7 +409,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
       // else return every cached segment and ask the backend again.
       ++s.stats.num_alloc_retries;
       synchronize_and_free_events(s);
-      b = find_best_fit(pool, size);
+      b = find_best_fit(pool, size, s.max_split_size);
       if (b) {
         erase_free(s, b);
         ++s.stats.num_cache_hits;
@@ -452,7 +459,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
     }
   }
 
-  if (should_split(b, size)) {
+  if (should_split(b, size, s.max_split_size)) {
     Block* rest = new_block(s);
     rest->ptr = b->ptr + size;
     rest->size = b->size - size;
@@ -657,6 +664,15 @@ size_t CachingAllocator::block_size(const void* ptr) const {
 
 int CachingAllocator::device() const { return backend_->device(); }
 const char* CachingAllocator::backend_name() const { return backend_->name(); }
+
+void CachingAllocator::set_max_split_size(size_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->max_split_size = bytes;
+}
+size_t CachingAllocator::max_split_size() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->max_split_size;
+}
 
 void CachingAllocator::set_poison(bool on) {
   std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -10,7 +10,12 @@
 //   - best fit: the smallest free block of the request's pool and stream that fits,
 //     ties broken by lowest address;
 //   - a block is split when the remainder is >= 512 B (small pool) or > 1 MiB (large
-//     pool); freed blocks coalesce with free neighbours of the same segment;
+//     pool, and only for requests < max_split_size); freed blocks coalesce with free
+//     neighbours of the same segment;
+//   - oversize blocks (>= max_split_size, default 64 MiB) serve only requests that are
+//     themselves >= max_split_size and less than 20 MiB smaller than the block (PyTorch's
+//     max_split_size_mb rule, on by default here): a freed logits-sized block is not carved
+//     up by medium requests, so the next step finds it whole;
 //   - pools are per stream: a block is only handed out on the stream it was allocated on.
 //     record_stream(p, s) marks p as used on stream s; free(p) then records an event on
 //     each such stream and the block returns to its pool only when all have completed
@@ -40,6 +45,7 @@ inline constexpr size_t kSmallBuffer = 2u << 20;          // small-pool segment 
 inline constexpr size_t kMinLargeAlloc = 10u << 20;       // large requests below this ...
 inline constexpr size_t kLargeBuffer = 20u << 20;         // ... get a 20 MiB segment
 inline constexpr size_t kRoundLarge = 2u << 20;           // larger: round segment to 2 MiB
+inline constexpr size_t kMaxSplitSize = 64u << 20;        // default: blocks this big are not split
 inline constexpr size_t kDefaultTraceCapacity = 1u << 18; // trace ring buffer, events
 
 // Rounded block size for a request (exposed for tests and for callers sizing arenas).
@@ -161,6 +167,11 @@ class CachingAllocator {
   int device() const;
   const char* backend_name() const;
   Backend& backend() { return *backend_; }
+
+  // Blocks of at least this size are "oversize" (see the rules above). SIZE_MAX turns the
+  // rule off (PyTorch's default).
+  void set_max_split_size(size_t bytes);
+  size_t max_split_size() const;
 
   // Poison mode: every block handed out is filled with 0xFF bytes (a NaN in f32, bf16 and
   // f16) on its stream. Default: on when the environment has LINTRAIN_ALLOC_POISON=1.

@@ -99,7 +99,7 @@ nlohmann::json snapshot_json_locked(const CachingAllocator::Impl& impl, int devi
   out["segments"] = std::move(segments);
   out["device_traces"] = std::move(device_traces);
   out["allocator_settings"] = {{"PYTORCH_CUDA_ALLOC_CONF", ""},
-                               {"max_split_size", -1},
+                               {"max_split_size", impl.max_split_size},
                                {"garbage_collection_threshold", 0.0},
                                {"expandable_segments", false},
                                {"roundup_power2_divisions", json::object()}};
@@ -114,7 +114,8 @@ nlohmann::json snapshot_json_locked(const CachingAllocator::Impl& impl, int devi
                      {"small_buffer", kSmallBuffer},
                      {"min_large_alloc", kMinLargeAlloc},
                      {"large_buffer", kLargeBuffer},
-                     {"round_large", kRoundLarge}};
+                     {"round_large", kRoundLarge},
+                     {"max_split_size", impl.max_split_size}};
   return out;
 }
 

@@ -99,6 +99,7 @@ struct CachingAllocator::Impl {
 
   Stats stats;
   bool poison = false;
+  size_t max_split_size = kMaxSplitSize;
 
   std::unordered_map<StreamId, std::unique_ptr<StreamPools>> stream_pools;
   StreamId last_stream = ~StreamId(0);

@@ -256,3 +256,37 @@ TEST_CASE("concurrent alloc/free from several threads keeps exact stats", "[allo
   CHECK(st.num_cache_hits + st.num_device_alloc >= st.allocation.allocated);
   check_invariants(a);
 }
+
+TEST_CASE("oversize blocks are not carved up by smaller requests (max_split_size)", "[allocator]") {
+  auto fa = make_fake_allocator(1024 * MiB);
+  CachingAllocator& a = *fa;
+  REQUIRE(a.max_split_size() == kMaxSplitSize);
+  void* huge = a.allocate(500 * MiB);
+  a.free(huge);
+  // A medium request does not split the cached 500 MiB block: it gets its own segment.
+  void* mid = a.allocate(12 * MiB);
+  CHECK(fa.fake->alloc_log.size() == 2);
+  CHECK(a.snapshot().size() == 2);
+  // A huge request less than 20 MiB smaller takes the whole block, unsplit.
+  void* huge2 = a.allocate(490 * MiB);
+  CHECK(huge2 == huge);
+  CHECK(a.block_size(huge2) == 500 * MiB);
+  a.free(huge2);
+  // A huge request 20 MiB or more smaller does not: new segment.
+  void* huge3 = a.allocate(400 * MiB);
+  CHECK(huge3 != huge);
+  CHECK(fa.fake->alloc_log.size() == 3);
+  check_invariants(a);
+  a.free(huge3);
+  a.free(mid);
+  // With the rule off (PyTorch's default), the 500 MiB block is split for a medium request.
+  a.empty_cache();
+  a.set_max_split_size(SIZE_MAX);
+  void* h = a.allocate(500 * MiB);
+  a.free(h);
+  void* m = a.allocate(12 * MiB);
+  CHECK(m == h);
+  CHECK(a.block_size(m) == 12 * MiB);
+  a.free(m);
+  check_invariants(a);
+}

@@ -17,6 +17,7 @@ namespace {
 
 class Model {
  public:
+  static constexpr size_t kMaxSplit = 64u << 20;
   explicit Model(FakeBackend& fake) : fake_(fake) {}
 
   struct B {
@@ -65,7 +66,7 @@ class Model {
     Seg& s = segs[static_cast<size_t>(found.first)];
     size_t bi = static_cast<size_t>(found.second);
     size_t rem = s.blocks[bi].size - size;
-    if (small ? rem >= 512 : rem > (1u << 20)) {
+    if (small ? rem >= 512 : (size < kMaxSplit && rem > (1u << 20))) {
       B rest;
       rest.ptr = s.blocks[bi].ptr + size;
       rest.size = rem;
@@ -166,6 +167,9 @@ class Model {
         }
       }
     }
+    // Oversize blocks: only for oversize requests less than 20 MiB smaller.
+    if (best.first >= 0 && size < kMaxSplit && best_size >= kMaxSplit) return {-1, -1};
+    if (best.first >= 0 && size >= kMaxSplit && best_size >= size + (20u << 20)) return {-1, -1};
     return best;
   }
 
@@ -303,7 +307,8 @@ size_t random_size(std::mt19937_64& rng) {
   double r = unit(rng);
   if (r < 0.6) return 1 + size_t(std::exp2(unit(rng) * 20.0));          // 1 B .. 1 MiB, log-uniform
   if (r < 0.9) return (1u << 20) + size_t(unit(rng) * (9u << 20));       // 1 .. 10 MiB
-  return (10u << 20) + size_t(unit(rng) * (30u << 20));                  // 10 .. 40 MiB
+  if (r < 0.97) return (10u << 20) + size_t(unit(rng) * (30u << 20));    // 10 .. 40 MiB
+  return (48u << 20) + size_t(unit(rng) * (112u << 20));                 // 48 .. 160 MiB (oversize rule)
 }
 
 void run_random(uint64_t seed, int ops, size_t capacity) {
