@@ -175,7 +175,7 @@ StreamPools& pools_for(Impl& s, StreamId stream) {
   if (stream == s.last_stream) return *s.last_pools;
   auto& slot = s.stream_pools[stream];
   if (!slot) {
-    slot = std::make_unique<StreamPools>(&s.node_pool);
+    slot = std::make_unique<StreamPools>(&s.nodes);
     slot->small.is_small = true;
     slot->small.stream = stream;
     slot->large.is_small = false;
@@ -201,7 +201,7 @@ void recycle_block(Impl& s, Block* b) {
 }
 
 void insert_free(Impl& s, Block* b) {
-  b->pool->free_blocks.insert(b);
+  b->free_it = b->pool->free_blocks.insert(b).first;
   b->in_free_set = true;
   if (b->is_split()) {
     stat_inc(s.stats.inactive_split, 1);
@@ -210,7 +210,7 @@ void insert_free(Impl& s, Block* b) {
 }
 
 void erase_free(Impl& s, Block* b) {
-  b->pool->free_blocks.erase(b);
+  b->pool->free_blocks.erase(b->free_it);
   b->in_free_set = false;
   if (b->is_split()) {
     stat_dec(s.stats.inactive_split, 1);
@@ -358,7 +358,6 @@ CachingAllocator::CachingAllocator(std::unique_ptr<Backend> backend)
   if (!backend_) throw std::invalid_argument("lt::alloc::CachingAllocator: null backend");
   impl_->backend = backend_.get();
   impl_->poison = env_poison();
-  impl_->allocated.reserve(4096);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -476,7 +475,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
 
   b->allocated = true;
   b->requested = bytes;
-  s.allocated.emplace(b->ptr, b);
+  s.allocated.insert(b->ptr, b);
   Stats& st = s.stats;
   stat_inc(st.allocation, 1);
   stat_inc(st.allocated_bytes, static_cast<int64_t>(b->size));
@@ -496,8 +495,8 @@ void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  auto it = s.allocated.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == s.allocated.end()) {
+  Block* b = s.allocated.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!b) {
     uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
     auto seg = s.segments.upper_bound(p);
     std::string where = device_label(*s.backend);
@@ -509,8 +508,7 @@ void CachingAllocator::free(void* ptr) {
                                 " allocator: the pointer was not allocated by this allocator (foreign pointer, "
                                 "or freed on the wrong device/allocator)");
   }
-  Block* b = it->second;
-  s.allocated.erase(it);
+  s.allocated.erase(b->ptr);
   b->allocated = false;
   Stats& st = s.stats;
   stat_dec(st.allocation, 1);
@@ -532,11 +530,10 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   if (!ptr) return;
   Impl& s = *impl_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  auto it = s.allocated.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == s.allocated.end())
+  Block* b = s.allocated.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!b)
     throw std::invalid_argument("lt::alloc: record_stream(" + hex_ptr(ptr) + ") on the " +
                                 device_label(*s.backend) + " allocator: not a live allocation of this allocator");
-  Block* b = it->second;
   if (stream == b->stream) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -650,16 +647,16 @@ std::string CachingAllocator::memory_summary() const {
 
 bool CachingAllocator::owns(const void* ptr) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->allocated.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
+  return impl_->allocated.find(reinterpret_cast<uintptr_t>(ptr)) != nullptr;
 }
 
 size_t CachingAllocator::block_size(const void* ptr) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  auto it = impl_->allocated.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == impl_->allocated.end())
+  const Block* b = impl_->allocated.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!b)
     throw std::invalid_argument("lt::alloc: block_size(" + hex_ptr(ptr) + "): not a live allocation of the " +
                                 device_label(*backend_) + " allocator");
-  return it->second->size;
+  return b->size;
 }
 
 int CachingAllocator::device() const { return backend_->device(); }
