@@ -65,7 +65,8 @@ enum class UnaryOp : uint8_t { neg, exp, log, sigmoid, softplus, silu, sqrt, rsq
 void unary_out(UnaryOp op, Tensor& out, const Tensor& x);
 
 // where(cond, a, b): cond != 0 ? a : b, elementwise with broadcasting over all three.
-// cond is any dtype (nonzero = true); a and b share a float dtype.
+// cond is any dtype, converted to a's dtype first (nonzero = true; a float cond too small
+// for a bf16/f16 a counts as 0); a and b share a float dtype.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // ---- reductions (float dtypes) ---------------------------------------------------------

@@ -33,8 +33,6 @@
 
 namespace lt {
 
-inline constexpr int kMaxDims = 8;
-
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);      // "[2, 3, 4]"
 int64_t shape_numel(const Shape& s);        // product, 1 for {}

@@ -8,6 +8,9 @@
 
 namespace lt {
 
+// Most dims a tensor (and a kernel's strided view) may have.
+inline constexpr int kMaxDims = 8;
+
 //            bytes  kind
 //   f32      4      float (the reference precision)
 //   f64      8      double (CPU references, finite differences; CUDA supported too)

@@ -1,0 +1,94 @@
+// Reductions along one dim, CUDA backend (twin: kernels/cpu/reduce.cpp).
+//   sum (f64 accumulation for f64, f32 otherwise) and max (NaN propagates).
+// Two shapes of work:
+//   len < 256:  one thread per output element, a sequential loop over the line (the same
+//               order as the CPU);
+//   len >= 256: one 256-thread block per output element: each thread accumulates a strided
+//               part of the line, then a shared-memory tree combines the 256 partials
+//               (deterministic, but not the CPU's order: compare with a tolerance).
+#include "kernels/cuda/grid.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/launch.h"
+#include "kernels/table.h"
+
+namespace lt::kern::cuda {
+namespace {
+
+constexpr int64_t kBlockReduceMinLen = 256;
+constexpr int kReduceThreads = 256;
+
+template <class C, bool IsMax>
+__device__ __forceinline__ C combine(C acc, C v) {
+  if constexpr (IsMax) {
+    if (acc != acc) return acc;
+    return (v > acc || v != v) ? v : acc;
+  } else {
+    return acc + v;
+  }
+}
+
+template <class T, bool IsMax>
+__global__ void reduce_line_per_thread(ReduceParams p) {
+  using C = compute_t<T>;
+  T* out = static_cast<T*>(p.it.data[0]);
+  const T* in = static_cast<const T*>(p.it.data[1]);
+  for (int64_t i = global_thread(); i < p.it.numel; i += grid_threads()) {
+    int64_t o[2];
+    iter_offsets<2>(p.it, i, o);
+    const T* line = in + o[1];
+    C acc = IsMax ? load_as_compute(line[0]) : C(0);
+    for (int64_t j = IsMax ? 1 : 0; j < p.len; ++j) acc = combine<C, IsMax>(acc, load_as_compute(line[j * p.in_stride]));
+    out[o[0]] = store_from_compute<T>(acc);
+  }
+}
+
+template <class T, bool IsMax>
+__global__ void reduce_line_per_block(ReduceParams p) {
+  using C = compute_t<T>;
+  __shared__ C partial[kReduceThreads];  // one partial per thread
+  T* out = static_cast<T*>(p.it.data[0]);
+  const T* in = static_cast<const T*>(p.it.data[1]);
+  for (int64_t i = blockIdx.x; i < p.it.numel; i += gridDim.x) {
+    int64_t o[2];
+    iter_offsets<2>(p.it, i, o);
+    const T* line = in + o[1];
+    // every thread has at least one element since len >= kBlockReduceMinLen = blockDim
+    C acc = load_as_compute(line[threadIdx.x * p.in_stride]);
+    for (int64_t j = threadIdx.x + kReduceThreads; j < p.len; j += kReduceThreads)
+      acc = combine<C, IsMax>(acc, load_as_compute(line[j * p.in_stride]));
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = kReduceThreads / 2; s > 0; s /= 2) {
+      if (static_cast<int>(threadIdx.x) < s)
+        partial[threadIdx.x] = combine<C, IsMax>(partial[threadIdx.x], partial[threadIdx.x + s]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) out[o[0]] = store_from_compute<T>(partial[0]);
+    __syncthreads();  // partial[] is reused by the next output
+  }
+}
+
+template <class T, bool IsMax>
+void launch_reduce(const ReduceParams& p, cudaStream_t stream) {
+  if (p.len >= kBlockReduceMinLen) {
+    auto kernel = reduce_line_per_block<T, IsMax>;
+    const int64_t blocks = p.it.numel < kMaxBlocks ? p.it.numel : kMaxBlocks;
+    LT_LAUNCH(kernel, dim3(static_cast<unsigned>(blocks)), kReduceThreads, 0, stream, p);
+  } else {
+    auto kernel = reduce_line_per_thread<T, IsMax>;
+    LT_LAUNCH(kernel, grid_for(p.it.numel), kThreads, 0, stream, p);
+  }
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, DType dtype, const ReduceParams& p, uintptr_t stream) {
+  if (p.it.numel == 0) return;
+  visit_float_dtype(dtype, "cuda", "reduce", [&](auto t) {
+    using T = decltype(t);
+    if (op == ReduceOp::max) launch_reduce<T, true>(p, as_stream(stream));
+    else launch_reduce<T, false>(p, as_stream(stream));
+  });
+}
+
+}  // namespace lt::kern::cuda
