@@ -120,19 +120,21 @@ struct FusedArgs {
   float* dh0 = nullptr;            // [B,H,D,D] or nullptr
 };
 
-// Scratch of the fused path, all fp32, from the caller (the engine takes it from the
-// caching allocator). Every buffer is fully overwritten by the kernel that produces it,
-// so it may be handed over uninitialised. Sizes in bytes from workspace_bytes().
+// Scratch of the fused path, from the caller (the engine takes it from the caching
+// allocator). Every buffer is fully overwritten by the kernel that produces it, so it may be
+// handed over uninitialised. Sizes in bytes from workspace_bytes(dims, dtype).
+// The tiles t0..t4 hold elements of `dtype` (fp32 for f32 inputs, bf16 for bf16 inputs:
+// halves the scratch, which sets the peak memory); the rest is fp32.
 struct Workspace {
   // chunk-local tiles, [B, H, Tp, D]: written by the intra / recompute kernel.
   //   forward:  t0 = W,  t1 = U,  t2 = Qp = scale Q~ - A_qk W,  t3 = Kbar,  t4 = Ob = A_qk U
   //   backward: t0 = W -> X_w, t1 = U -> Delta, t2 = scale Q~ -> X_q, t3 = Kbar -> X_k,
   //             t4 = A_qk^T dO -> dDelta   (the inter adjoint rewrites each in place)
-  float* t0 = nullptr;
-  float* t1 = nullptr;
-  float* t2 = nullptr;
-  float* t3 = nullptr;
-  float* t4 = nullptr;
+  void* t0 = nullptr;
+  void* t1 = nullptr;
+  void* t2 = nullptr;
+  void* t3 = nullptr;
+  void* t4 = nullptr;
   float* gamma = nullptr;     // [B, H, NT, D] chunk gate totals (natural log)
   float* dgamma_s = nullptr;  // [B, H, NT, D] backward: e^gamma * sum_v S*S'
   float* partials = nullptr;  // [B*NT, H, D+1] backward: ddt_bias / dA_log partial sums
@@ -146,7 +148,7 @@ struct WorkspaceBytes {
   size_t forward_total() const { return 5 * tile + gamma; }
   size_t backward_total() const { return 5 * tile + 2 * gamma + partials + counters; }
 };
-WorkspaceBytes workspace_bytes(const Dims& dims);
+WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 
 // Throws std::invalid_argument naming the problem (D, C, dtype, null pointers).

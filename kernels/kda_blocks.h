@@ -92,7 +92,7 @@ struct Cfg {
   static constexpr int NTHR_I = 128;
   // inter adjoint: full V per block, row blocks of RB rows
   static constexpr int RB = kSub;
-  static constexpr int NTHR_A = 256;
+  static constexpr int NTHR_A = D == 128 ? 512 : 256;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
   static_assert((C * KS) % NTHR == 0, "slice loops are uniform over threads");
   static_assert((C * D) % NTHR == 0);
@@ -256,12 +256,12 @@ KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T
   }
 }
 // Loads columns [k0, k0+KS) of the chunk's rows of a workspace tile. No sync.
-template <class G, class Blk>
-KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const float* src, int k0,
+template <class G, class T, class Blk>
+KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
                            float* dst) {
   for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
     const int r = e / G::KS, c = e % G::KS;
-    dst[r * G::LS + c] = src[cp.ws(dm, r, k0 + c)];
+    dst[r * G::LS + c] = ld(src, cp.ws(dm, r, k0 + c));
   }
 }
 
@@ -428,8 +428,9 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       const float eg = exp2f(g);
       s2[r * G::LS + c] = be[r] * s1[r * G::LS + c] * eg;   // beta K~
       s3[r * G::LS + c] = scale * s0[r * G::LS + c] * eg;   // scale Q~
-      ws.t3[cp.ws(dm, r, k0 + c)] = s1[r * G::LS + c] * exp2f(gs[(G::C - 1) * G::LS + c] - g);
-      if (kBwd) ws.t2[cp.ws(dm, r, k0 + c)] = s3[r * G::LS + c];
+      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c),
+         s1[r * G::LS + c] * exp2f(gs[(G::C - 1) * G::LS + c] - g));
+      if (kBwd) st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * G::LS + c]);
     }
     for (int c = blk.tid(); c < G::KS; c += G::NTHR)
       ws.gamma[cp.gam(dm, k0 + c)] = gs[(G::C - 1) * G::LS + c] * kLn2;
@@ -439,7 +440,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       float acc = 0.0f;
       for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s2[s * G::LS + c];
       s5[r * G::LS + c] = acc;
-      ws.t0[cp.ws(dm, r, k0 + c)] = acc;
+      st(static_cast<T*>(ws.t0), cp.ws(dm, r, k0 + c), acc);
     }
     blk.sync();
     if (!kBwd) {
@@ -447,7 +448,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         const int r = e / G::KS, c = e % G::KS;
         float acc = s3[r * G::LS + c];
         for (int s = 0; s <= r; ++s) acc -= Pq[r * G::LC + s] * s5[s * G::LS + c];
-        ws.t2[cp.ws(dm, r, k0 + c)] = acc;
+        st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), acc);
       }
       blk.sync();
     }
@@ -463,7 +464,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       float acc = 0.0f;
       for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s0[s * G::LS + c];
       s2[r * G::LS + c] = acc;
-      ws.t1[cp.ws(dm, r, v0 + c)] = acc;
+      st(static_cast<T*>(ws.t1), cp.ws(dm, r, v0 + c), acc);
     }
     blk.sync();
     for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
@@ -474,7 +475,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       } else {
         for (int m = r; m < G::C; ++m) acc += Pq[m * G::LC + r] * s1[m * G::LS + c];
       }
-      ws.t4[cp.ws(dm, r, v0 + c)] = acc;
+      st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), acc);
     }
     blk.sync();
   }
@@ -515,15 +516,15 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     for (int e = tid; e < C * D; e += NT_) {
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      Ws[r * LD + i] = ws.t0[gi];
-      Qs[r * LD + i] = ws.t2[gi];
-      Ks[r * LD + i] = ws.t3[gi];
+      Ws[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
+      Qs[r * LD + i] = ld(static_cast<const T*>(ws.t2), gi);
+      Ks[r * LD + i] = ld(static_cast<const T*>(ws.t3), gi);
     }
     for (int e = tid; e < C * BV; e += NT_) {
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      Us[r * LBV + jj] = ws.t1[gi];
-      Os[r * LBV + jj] = ws.t4[gi];
+      Us[r * LBV + jj] = ld(static_cast<const T*>(ws.t1), gi);
+      Os[r * LBV + jj] = ld(static_cast<const T*>(ws.t4), gi);
     }
     for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
     blk.sync();  // S of the previous step complete, tiles loaded
@@ -614,11 +615,11 @@ KDA_UNROLL
       for (int e = tid; e < RB * D; e += NT_) {
         const int r = e / D, i = e % D;
         const int64_t gi = (row0 + r) * D + i;
-        Wr[r * LD + i] = ws.t0[gi];
-        Qr[r * LD + i] = ws.t2[gi];
-        Kr[r * LD + i] = ws.t3[gi];
-        Ur[r * LD + i] = ws.t1[gi];
-        Dr[r * LD + i] = ws.t4[gi];
+        Wr[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
+        Qr[r * LD + i] = ld(static_cast<const T*>(ws.t2), gi);
+        Kr[r * LD + i] = ld(static_cast<const T*>(ws.t3), gi);
+        Ur[r * LD + i] = ld(static_cast<const T*>(ws.t1), gi);
+        Dr[r * LD + i] = ld(static_cast<const T*>(ws.t4), gi);
         Or[r * LD + i] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
       }
       blk.sync();  // also orders the S / eg loads above
@@ -633,8 +634,8 @@ KDA_UNROLL
         Ur[r * LD + j] = dl;
         Dr[r * LD + j] = dd;
         const int64_t gi = (row0 + r) * D + j;
-        ws.t1[gi] = dl;
-        ws.t4[gi] = dd;
+        st(static_cast<T*>(ws.t1), gi, dl);
+        st(static_cast<T*>(ws.t4), gi, dd);
       }
       blk.sync();
       // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i))
@@ -648,9 +649,9 @@ KDA_UNROLL
           xk += Ur[r * LD + j] * Sp[i * LD + j];
         }
         const int64_t gi = (row0 + r) * D + i;
-        ws.t2[gi] = xq;
-        ws.t0[gi] = xw;
-        ws.t3[gi] = xk;
+        st(static_cast<T*>(ws.t2), gi, xq);
+        st(static_cast<T*>(ws.t0), gi, xw);
+        st(static_cast<T*>(ws.t3), gi, xk);
       }
       // acc += scale Q~^T dO - W^T dDelta over the block's rows
 KDA_UNROLL
@@ -746,7 +747,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   for (int ks = 0; ks < G::NKS; ++ks) {
     const int k0 = ks * KS;
     load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr);
-    load_ws_slice<G>(blk, dm, cp, ws.t0, k0, X);
+    load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t0), k0, X);
     row_to_block_start<G>(blk, gs, sk, xk);
     for (int e = tid; e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
@@ -781,8 +782,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int vs = 0; vs < G::NKS; ++vs) {
       const int v0 = vs * KS;
       load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
-      load_ws_slice<G>(blk, dm, cp, ws.t1, v0, sk);          // Delta
-      load_ws_slice<G>(blk, dm, cp, ws.t4, v0, X);           // dDelta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t1), v0, sk);          // Delta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t4), v0, X);           // dDelta
       load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
       blk.sync();
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -854,7 +855,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int ks = 0; ks < G::NKS; ++ks) {
       const int k0 = ks * KS;
       load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga);
-      load_ws_slice<G>(blk, dm, cp, ws.t0, k0, X);  // X_w
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t0), k0, X);  // X_w
       row_to_block_start<G>(blk, gs, sq, xq);
       row_to_block_start<G>(blk, gs, sk, xk);
       blk.sync();
@@ -875,7 +876,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         for (int c = 0; c < KS; ++c) acc += yv[s * LS + c];
         dbe[s] += acc;
       }
-      load_ws_slice<G>(blk, dm, cp, ws.t2, k0, X);  // X_q (X_w no longer read)
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t2), k0, X);  // X_q (X_w no longer read)
       blk.sync();
       // (b) dQ~ = scale X_q
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -885,7 +886,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         dG[r * LS + c] += t * sq[r * LS + c];
       }
       blk.sync();
-      load_ws_slice<G>(blk, dm, cp, ws.t3, k0, X);  // X_k = dKbar
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t3), k0, X);  // X_k = dKbar
       blk.sync();
       // (c) Kbar = K^ e^{gamma - Gamma}
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -971,8 +972,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         const float dg = dG[r * LS + c];
         if (r < cp.L) st(df, cp.in(dm, r, k0 + c), dg * gx[r * LS + c]);
         dA_acc += dg * ga[r * LS + c];
-        ws.t2[cp.ws(dm, r, k0 + c)] = DQ[r * LS + c];
-        ws.t3[cp.ws(dm, r, k0 + c)] = DK[r * LS + c];
+        st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[r * LS + c]);
+        st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), DK[r * LS + c]);
       }
       for (int r = tid; r < C; r += NTHR) {
         float aq = 0.0f, ak = 0.0f;
@@ -998,7 +999,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       if (r >= cp.L) continue;
       const int64_t ii = cp.in(dm, r, col);
       const float qh = ld(q, ii) * rq[r], kh = ld(k, ii) * rk[r];
-      const float dqh = ws.t2[cp.ws(dm, r, col)], dkh = ws.t3[cp.ws(dm, r, col)];
+      const float dqh = ld(static_cast<const T*>(ws.t2), cp.ws(dm, r, col));
+      const float dkh = ld(static_cast<const T*>(ws.t3), cp.ws(dm, r, col));
       st(dq, ii, rq[r] * (dqh - dotq[r] * qh));
       st(dk, ii, rk[r] * (dkh - dotk[r] * kh));
     }
@@ -1028,11 +1030,11 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       blk.acquire();
       const int64_t rows = dm.B * dm.NT();
       for (int d = tid; d <= G::D; d += NTHR) {
-        float s = 0.0f;
+        double s = 0.0;  // fixed order over (b, n): deterministic; double: B*NT terms, free
         for (int64_t pr = 0; pr < rows; ++pr)
           s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (G::D + 1) + d);
-        if (d < G::D) a.ddt_bias[cp.h * G::D + d] = s;
-        else a.dA_log[cp.h] = s;
+        if (d < G::D) a.ddt_bias[cp.h * G::D + d] = static_cast<float>(s);
+        else a.dA_log[cp.h] = static_cast<float>(s);
       }
     }
   }

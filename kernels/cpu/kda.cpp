@@ -138,15 +138,30 @@ void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t 
   if (ht) std::copy(S.begin(), S.end(), ht + (b * H + h) * D * D);
 }
 
+// Heads are independent (every output, dA_log[h] and ddt_bias[h] included): one host
+// thread per group of heads; each head's work is sequential, so results do not depend on
+// the thread count.
+template <class Fn>
+void for_each_head(int64_t H, Fn fn) {
+  const int64_t nthreads = std::min<int64_t>(H, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < nthreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t h = t; h < H; h += nthreads) fn(h);
+    });
+  for (auto& th : threads) th.join();
+}
+
 }  // namespace
 
 template <class Real>
 void naive_forward(const NaiveInputs<Real>& in, Real* o, Real* ht) {
-  for (int64_t b = 0; b < in.dims.B; ++b)
-    for (int64_t h = 0; h < in.dims.H; ++h) {
+  for_each_head(in.dims.H, [&](int64_t h) {
+    for (int64_t b = 0; b < in.dims.B; ++b) {
       SeqTokens<Real> s = seq_tokens(in, b, h);
       seq_forward<Real>(in, s, b, h, o, ht, nullptr);
     }
+  });
 }
 
 template <class Real>
@@ -158,10 +173,10 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
   const Real scale = resolve_scale(in.scale, D);
   std::fill_n(gr.dA_log, H, Real(0));
   std::fill_n(gr.ddt_bias, H * D, Real(0));
-  std::vector<Real> traj, dS(static_cast<size_t>(D) * D), Sa(static_cast<size_t>(D) * D);
-  std::vector<Real> p(D), delta(D), ddelta(D), dp(D), dqh(D), dkh(D), dg(D);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
+  for_each_head(H, [&](int64_t h) {
+    std::vector<Real> traj, dS(static_cast<size_t>(D) * D), Sa(static_cast<size_t>(D) * D);
+    std::vector<Real> p(D), delta(D), ddelta(D), dp(D), dqh(D), dkh(D), dg(D);
+    for (int64_t b = 0; b < B; ++b) {
       SeqTokens<Real> s = seq_tokens(in, b, h);
       seq_forward<Real>(in, s, b, h, nullptr, nullptr, &traj);
       if (dht) std::copy_n(dht + (b * H + h) * D * D, D * D, dS.begin());
@@ -238,6 +253,7 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
       }
       if (gr.dh0) std::copy(dS.begin(), dS.end(), gr.dh0 + (b * H + h) * D * D);
     }
+  });
 }
 
 template void naive_forward<double>(const NaiveInputs<double>&, double*, double*);
@@ -254,9 +270,9 @@ template void naive_backward<float>(const NaiveInputs<float>&, const float*, con
 // ======================================================================================
 namespace lt::kda {
 
-WorkspaceBytes workspace_bytes(const Dims& dm) {
+WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   WorkspaceBytes w;
-  w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
+  w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
   w.counters = static_cast<size_t>(dm.H) * sizeof(uint32_t);

@@ -139,6 +139,10 @@ struct Typed {
     if (d == DType::bf16) b16.assign(n, bfloat16::from_bits(0xFFFF));
     else f32.assign(n, NAN);
   }
+  void poison() {  // NaN everywhere, storage kept (pointers stay valid)
+    std::fill(b16.begin(), b16.end(), bfloat16::from_bits(0xFFFF));
+    std::fill(f32.begin(), f32.end(), NAN);
+  }
   void* data() { return dt == DType::bf16 ? static_cast<void*>(b16.data()) : static_cast<void*>(f32.data()); }
   size_t bytes() const { return dt == DType::bf16 ? b16.size() * 2 : f32.size() * 4; }
   size_t size() const { return dt == DType::bf16 ? b16.size() : f32.size(); }

@@ -57,11 +57,14 @@ Result run_fused_twin(const Case& c, const Data& x) {
   std::vector<float> A_log = to_f32(x.A_log), dt_bias = to_f32(x.dt_bias), h0 = to_f32(x.h0), dht = to_f32(x.dht);
   Typed o(c.dtype, n), dq(c.dtype, n), dk(c.dtype, n), dv(c.dtype, n), df(c.dtype, n), db(c.dtype, nb);
   std::vector<float> ht(ns, NAN), h(trajectory_bytes(d) / 4, NAN), dA_log(d.H, NAN), ddt(d.H * d.D, NAN), dh0(ns, NAN);
-  const WorkspaceBytes wb = workspace_bytes(d);
-  std::vector<float> t[5], gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
+  const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
+  const size_t tile_elems = wb.tile / dtype_size(c.dtype);
+  std::vector<Typed> t;
+  for (int i = 0; i < 5; ++i) t.emplace_back(c.dtype, tile_elems);
+  std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
   auto poison_ws = [&] {
-    for (auto& e : t) e.assign(wb.tile / 4, NAN);
+    for (auto& e : t) e.poison();
     std::fill(gam.begin(), gam.end(), NAN);
   };
   Workspace ws;

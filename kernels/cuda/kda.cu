@@ -1,0 +1,133 @@
+// KDA fused CUDA path: thin __global__ wrappers around the block programs of
+// kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs).
+//
+//   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
+//   backward: recompute (NT*B*H) -> inter_adjoint (B*H) -> intra_adjoint (NT*B*H)   3 launches
+// Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
+// input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
+// Every output and scratch buffer is fully overwritten (no zero-fills); the only counters
+// (intra adjoint's last-block reduction) are zeroed by the recompute kernel.
+#include <cuda_runtime.h>
+
+#include "kernels/kda.h"
+#include "kernels/kda_blocks.h"
+#include "kernels/launch.h"
+
+namespace lt::kda {
+namespace {
+
+struct CudaBlk {
+  __device__ int tid() const { return static_cast<int>(threadIdx.x); }
+  __device__ void sync() { __syncthreads(); }
+  __device__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  }
+  __device__ void fence() { __threadfence(); }
+  __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
+  __device__ void acquire() { __threadfence(); }
+  __device__ float load_cg(const float* p) { return __ldcg(p); }
+};
+
+template <class G, class T, bool kBwd>
+__global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_program<G, T, kBwd>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T>
+__global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Workspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t g = blockIdx.x;
+  blocks::inter_program<G, T>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV),
+                              reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T>
+__global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs a, Workspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  blocks::inter_adjoint_program<G, T>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T>
+__global__ void __launch_bounds__(G::NTHR) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_adjoint_program<G, T>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+}
+
+// Dynamic shared memory above 48 KB must be allowed per kernel, once.
+template <class K>
+void allow_smem(K* kernel, size_t bytes) {
+  LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
+  check_fused_args(a, false);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
+    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+    auto* kda_fwd_intra = &kda_intra_kernel<G, T, false>;
+    auto* kda_fwd_inter = &kda_inter_kernel<G, T>;
+    const size_t smem_intra = G::kIntraFloats * sizeof(float);
+    const size_t smem_inter = G::kInterFloats * sizeof(float);
+    static const bool once = [&] {
+      allow_smem(kda_fwd_intra, smem_intra);
+      allow_smem(kda_fwd_inter, smem_inter);
+      return true;
+    }();
+    (void)once;
+    {
+      StageScope st("intra");
+      LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
+    }
+    {
+      StageScope st("inter");
+      LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
+    }
+  });
+}
+
+void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
+  check_fused_args(a, true);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
+    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+    auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true>;
+    auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T>;
+    auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<G, T>;
+    const size_t smem_re = G::kIntraFloats * sizeof(float);
+    const size_t smem_adj = G::kAdjFloats * sizeof(float);
+    const size_t smem_ia = G::kIntraAdjFloats * sizeof(float);
+    static const bool once = [&] {
+      allow_smem(kda_bwd_recompute, smem_re);
+      allow_smem(kda_bwd_inter_adjoint, smem_adj);
+      allow_smem(kda_bwd_intra_adjoint, smem_ia);
+      return true;
+    }();
+    (void)once;
+    {
+      StageScope st("recompute");
+      LT_LAUNCH(kda_bwd_recompute, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_re, s, a, ws);
+    }
+    {
+      StageScope st("inter_adjoint");
+      LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
+    }
+    {
+      StageScope st("intra_adjoint");
+      LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_ia, s, a, ws);
+    }
+  });
+}
+
+}  // namespace lt::kda

@@ -1,0 +1,176 @@
+// KDA fused CUDA kernels on the GPU against the float64 naive recurrence on the CPU, on
+// fresh random inputs (seed printed; LT_TEST_SEED replays), with every output, gradient and
+// scratch buffer NaN-poisoned before each run (allocator poison mode + explicit 0xFF fill),
+// so an element a kernel fails to write fails the test. Tolerance on ||x - ref|| / ||ref||:
+// 1e-5 for f32 inputs, 1e-2 for bf16 inputs. Skipped (exit 77) without a GPU.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "allocator/caching_allocator.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/kda.h"
+#include "kernels/launch.h"
+#include "tests/kernels/kda_testing.h"
+
+using namespace lt;
+using namespace lt::kda;
+using namespace lt::kda::testing;
+
+namespace {
+
+// Device buffers from the CUDA caching allocator, poisoned with 0xFF (NaN) on allocation.
+struct Dev {
+  alloc::CachingAllocator& A = alloc::cuda_allocator(0);
+  std::vector<alloc::Buffer> keep;
+  void* get(size_t bytes) {
+    keep.push_back(alloc::alloc_buffer(A, bytes));
+    LT_CUDA_CHECK(cudaMemset(keep.back().data(), 0xFF, bytes));
+    return keep.back().data();
+  }
+  void* up(const void* host, size_t bytes) {
+    void* p = get(bytes);
+    LT_CUDA_CHECK(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    return p;
+  }
+  template <class V>
+  void* up(V& v) { return up(v.data(), v.size() * sizeof(v[0])); }
+};
+
+std::vector<double> down_typed(DType dt, const void* p, size_t n) {
+  Typed t(dt, n);
+  LT_CUDA_CHECK(cudaMemcpy(t.data(), p, t.bytes(), cudaMemcpyDeviceToHost));
+  return t.to_double();
+}
+std::vector<double> down_f32(const float* p, size_t n) {
+  std::vector<float> h(n);
+  LT_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  return to_f64(h);
+}
+
+Result run_fused_cuda(const Case& c, const Data& x) {
+  const Dims& d = c.dims;
+  const size_t n = x.q.size(), nb = x.b.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
+  alloc::cuda_allocator(0).set_poison(true);
+  Dev dev;
+  Typed q(c.dtype, x.q), k(c.dtype, x.k), v(c.dtype, x.v), f(c.dtype, x.f), b(c.dtype, x.b), dO(c.dtype, x.dO);
+  std::vector<float> A_log = to_f32(x.A_log), dt_bias = to_f32(x.dt_bias), h0 = to_f32(x.h0), dht = to_f32(x.dht);
+  const size_t es = c.dtype == DType::bf16 ? 2 : 4;
+  FusedArgs a;
+  a.dims = d; a.dtype = c.dtype; a.gate = c.gate;
+  a.q = dev.up(q.data(), q.bytes()); a.k = dev.up(k.data(), k.bytes()); a.v = dev.up(v.data(), v.bytes());
+  a.f = dev.up(f.data(), f.bytes()); a.b = dev.up(b.data(), b.bytes());
+  a.A_log = static_cast<float*>(dev.up(A_log)); a.dt_bias = static_cast<float*>(dev.up(dt_bias));
+  a.h0 = c.h0 ? static_cast<float*>(dev.up(h0)) : nullptr;
+  a.o = dev.get(n * es);
+  a.ht = static_cast<float*>(dev.get(ns * 4));
+  a.h = static_cast<float*>(dev.get(trajectory_bytes(d)));
+  const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
+  auto make_ws = [&] {
+    Workspace ws;
+    ws.t0 = dev.get(wb.tile); ws.t1 = dev.get(wb.tile); ws.t2 = dev.get(wb.tile);
+    ws.t3 = dev.get(wb.tile); ws.t4 = dev.get(wb.tile);
+    ws.gamma = static_cast<float*>(dev.get(wb.gamma)); ws.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
+    ws.partials = static_cast<float*>(dev.get(wb.partials));
+    ws.counters = static_cast<uint32_t*>(dev.get(wb.counters));
+    return ws;
+  };
+  fused_forward_cuda(a, make_ws(), nullptr);
+  a.dO = dev.up(dO.data(), dO.bytes());
+  a.dht = c.dht ? static_cast<float*>(dev.up(dht)) : nullptr;
+  a.dq = dev.get(n * es); a.dk = dev.get(n * es); a.dv = dev.get(n * es); a.df = dev.get(n * es);
+  a.db = dev.get(nb * es);
+  a.dA_log = static_cast<float*>(dev.get(d.H * 4));
+  a.ddt_bias = static_cast<float*>(dev.get(d.H * d.D * 4));
+  a.dh0 = static_cast<float*>(dev.get(ns * 4));
+  fused_backward_cuda(a, make_ws(), nullptr);
+  LT_CUDA_CHECK(cudaDeviceSynchronize());
+  Result r;
+  r.o = down_typed(c.dtype, a.o, n); r.ht = down_f32(a.ht, ns);
+  r.dq = down_typed(c.dtype, a.dq, n); r.dk = down_typed(c.dtype, a.dk, n);
+  r.dv = down_typed(c.dtype, a.dv, n); r.df = down_typed(c.dtype, a.df, n);
+  r.db = down_typed(c.dtype, a.db, nb);
+  r.dA_log = down_f32(a.dA_log, d.H); r.ddt_bias = down_f32(a.ddt_bias, d.H * d.D); r.dh0 = down_f32(a.dh0, ns);
+  return r;
+}
+
+// Naive references are expensive at the seed shape: computed once per (shape, dtype, flags).
+const Result& reference(const Case& c, const Data& x) {
+  static std::map<std::string, Result> cache;
+  Case key = c;
+  key.dims.C = 0;
+  auto it = cache.find(key.name());
+  if (it != cache.end()) return it->second;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run_naive(c, x);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[kda] naive f64 reference %s: %.1f s\n", key.name().c_str(), s);
+  return cache.emplace(key.name(), std::move(r)).first->second;
+}
+
+}  // namespace
+
+TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
+  const uint64_t seed = test_seed();
+  std::vector<Case> cases;
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
+    Case c;
+    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    c.gate.use_lower_bound = lb;
+    cases.push_back(c);
+  };
+  add({8, 512, 12, 64, 16}, false, false, false, DType::f32);   // the seed shape, chunk 16
+  add({8, 512, 12, 64, 64}, false, false, false, DType::f32);   // chunk 64
+  add({8, 512, 12, 64, 32}, false, false, false, DType::f32);
+  add({8, 512, 12, 64, 64}, false, false, false, DType::bf16);  // bf16 inputs
+  add({8, 512, 12, 64, 16}, false, false, false, DType::bf16);
+  add({2, 300, 3, 64, 64}, true, true, false, DType::f32);      // T % C != 0, h0, dht
+  add({2, 300, 3, 64, 16}, true, true, true, DType::f32);       // lower-bound gate
+  add({2, 200, 2, 128, 64}, true, true, false, DType::f32);     // D = 128
+  add({2, 200, 2, 128, 32}, true, true, false, DType::f32);
+  add({2, 200, 2, 128, 16}, true, false, false, DType::f32);
+  add({2, 200, 2, 128, 64}, true, true, false, DType::bf16);
+  double worst_f32 = 0, worst_bf16 = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Case key = c;
+    key.dims.C = 0;
+    const uint64_t s = seed + std::hash<std::string>{}(key.name()) % 1000;  // same data for every C
+    const Data x = make_data(c, s);
+    const Result& ref = reference(c, x);
+    const Result got = run_fused_cuda(c, x);
+    const ErrReport e = compare(got, ref, false, true, true);
+    const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
+    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
+    (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) = std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
+    INFO(c.name() << " seed " << s << e.str());
+    CHECK(e.worst() < tol);
+  }
+  std::printf("[kda] cuda fused vs naive: worst f32 %.2e (tol 1e-5), worst bf16 %.2e (tol 1e-2), seed %llu\n",
+              worst_f32, worst_bf16, (unsigned long long)seed);
+}
+
+TEST_CASE("KDA fused CUDA launches: 2 forward + 3 backward", "[kda][cuda]") {
+  Case c;
+  c.dims = {2, 100, 2, 64, 32};
+  const Data x = make_data(c, test_seed() + 7);
+  reset_launch_atlas();
+  {
+    StageScope st("kda");
+    (void)run_fused_cuda(c, x);
+  }
+  std::map<std::string, int64_t> m;
+  for (auto& s : launch_atlas()) m[s.stage] = s.launches;
+  for (auto& [k, v] : m) std::printf("[kda] atlas %-24s %lld\n", k.c_str(), (long long)v);
+  CHECK(m["kda/intra"] == 1);
+  CHECK(m["kda/inter"] == 1);
+  CHECK(m["kda/recompute"] == 1);
+  CHECK(m["kda/inter_adjoint"] == 1);
+  CHECK(m["kda/intra_adjoint"] == 1);
+  CHECK(total_launches() == 5);
+}
