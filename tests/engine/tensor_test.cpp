@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "allocator/caching_allocator.h"
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
@@ -296,4 +297,17 @@ TEST_CASE("devices: parse, names, CPU fallback", "[engine]") {
   synchronize(Device::cpu());
   CHECK(parse_dtype("bfloat16") == DType::bf16);
   CHECK_THROWS_WITH(parse_dtype("fp8"), Catch::Contains("unknown dtype 'fp8'"));
+}
+
+TEST_CASE("empty() is NaN under the host allocator's poison mode", "[engine]") {
+  alloc::CachingAllocator& a = alloc::host_allocator();
+  const bool was = a.poison();
+  a.set_poison(true);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    std::vector<double> v = Tensor::empty({777}, dt).to_vector();
+    int nans = 0;
+    for (double x : v) nans += std::isnan(x);
+    CHECK(nans == 777);
+  }
+  a.set_poison(was);
 }

@@ -1,0 +1,276 @@
+// The CUDA backend against the CPU backend: copies, conversions (bit-exact), every op on
+// the same random inputs (never zeros), random fills (bit-exact), streams, poison mode.
+// Runs only with a GPU (the cuda test main exits 77 = skipped otherwise).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "allocator/caching_allocator.h"
+#include "engine/device.h"
+#include "engine/ops.h"
+#include "engine/tensor.h"
+#include "kernels/half.h"
+#include "tests/engine/engine_test_util.h"
+
+using namespace lt;
+using test::rel_err;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const Device kCpu = Device::cpu();
+
+// Byte-for-byte equality of two tensors' logical contents (any devices, same dtype).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
+  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
+// Runs f on CPU inputs and on the same inputs moved to the GPU; returns the worst relative
+// error of the GPU result against the CPU one (inf on NaN or shape mismatch).
+double gpu_vs_cpu(const std::vector<Tensor>& cpu_inputs, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                  bool* exact = nullptr) {
+  std::vector<Tensor> gpu_inputs;
+  for (const Tensor& t : cpu_inputs) gpu_inputs.push_back(t.to(kGpu));
+  const Tensor rc = f(cpu_inputs), rg = f(gpu_inputs);
+  REQUIRE(rg.device() == kGpu);
+  if (rg.shape() != rc.shape()) return INFINITY;
+  if (exact) *exact = same_bits(rg, rc);
+  return rel_err(rg.to_vector(), rc.to_vector());
+}
+
+double tol_for(DType dt) { return dt == DType::f64 ? 1e-13 : dt == DType::f32 ? 2e-6 : 1e-2; }
+
+}  // namespace
+
+TEST_CASE("cuda: device query and host/device copies", "[engine][cuda]") {
+  REQUIRE(cuda_available());
+  REQUIRE(cuda_device_count() >= 1);
+  CHECK(default_device() == kGpu);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u16}) {
+    INFO(dtype_name(dt));
+    Tensor h = test::uniform_tensor({3, 5, 7}, 1, 1, 1000, dt);
+    Tensor g = h.to(kGpu);
+    CHECK(g.device() == kGpu);
+    CHECK(same_bits(g.to(kCpu), h));
+    // strided device tensor -> host
+    CHECK(same_bits(g.transpose(0, 2).narrow(1, 1, 3), h.transpose(0, 2).narrow(1, 1, 3)));
+    // host tensor into a strided device view (broadcast + convert on the way)
+    Tensor dst = Tensor::zeros({3, 5, 7}, DType::f32, kGpu);
+    dst.narrow(2, 2, 4).copy_(h.narrow(2, 0, 4));
+    Tensor ref = Tensor::zeros({3, 5, 7}, DType::f32);
+    ref.narrow(2, 2, 4).copy_(h.narrow(2, 0, 4));
+    CHECK(same_bits(dst, ref));
+    // device -> device clone
+    CHECK(same_bits(g.clone(), h));
+  }
+  CHECK_THROWS_WITH(ops::add(Tensor::zeros({2}), Tensor::zeros({2}, DType::f32, kGpu)),
+                    Catch::Contains("different devices"));
+}
+
+TEST_CASE("cuda: dtype conversions are bit-identical to the CPU", "[engine][cuda]") {
+  // every bf16 / f16 bit pattern to f32 and back
+  for (DType half_t : {DType::bf16, DType::f16}) {
+    std::vector<int64_t> all(65536);
+    for (int64_t i = 0; i < 65536; ++i) all[i] = i;
+    // reinterpret u16 patterns: build the half tensor on the host from raw bits
+    Tensor h = Tensor::empty({65536}, half_t);
+    for (int64_t i = 0; i < 65536; ++i) std::memcpy(static_cast<char*>(h.data_ptr()) + 2 * i, &all[i], 2);
+    Tensor f_cpu = h.to(DType::f32), f_gpu = h.to(kGpu).to(DType::f32);
+    CHECK(same_bits(f_gpu, f_cpu));
+    CHECK(same_bits(f_gpu.to(half_t), f_cpu.to(half_t)));
+  }
+  // f32 values around every rounding boundary, subnormals, overflow, inf, NaN
+  std::vector<double> v = test::random_tensor({20000}, 3, DType::f64).to_vector();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i % 300) - 150);
+  v.insert(v.end(), {65504.0, 65519.99, 65520.0, 1e39, -1e39, INFINITY, -INFINITY, NAN, 0x1p-25, 3 * 0x1p-25,
+                     1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, -0.0});
+  Tensor f = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::f32);
+  Tensor g = f.to(kGpu);
+  for (DType dt : {DType::bf16, DType::f16, DType::f64}) {
+    INFO(dtype_name(dt));
+    CHECK(same_bits(g.to(dt), f.to(dt)));
+  }
+  Tensor d = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::f64);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) CHECK(same_bits(d.to(kGpu).to(dt), d.to(dt)));
+  Tensor ints = test::uniform_tensor({1000}, 4, -1000, 1000, DType::f32);
+  CHECK(same_bits(ints.to(kGpu).to(DType::i32), ints.to(DType::i32)));
+}
+
+TEST_CASE("cuda: elementwise ops match the CPU", "[engine][cuda]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    INFO(dtype_name(dt));
+    Tensor a = test::random_tensor({4, 6, 5}, 10, dt).transpose(0, 2);  // [5, 6, 4] strided
+    Tensor b = test::random_tensor({6, 1}, 11, dt);
+    bool exact = false;
+    // +, -, *, / are single IEEE operations on both sides: bit-identical
+    for (auto fn : {ops::add, ops::sub, ops::mul, ops::div}) {
+      CHECK(gpu_vs_cpu({a, b}, [&](const std::vector<Tensor>& x) { return fn(x[0], x[1]); }, &exact) == 0.0);
+      CHECK(exact);
+    }
+    Tensor x = test::uniform_tensor({9, 7}, 12, -30, 30, dt);
+    Tensor xp = test::uniform_tensor({9, 7}, 13, 0.01, 10, dt);
+    const double ulp_tol = dt == DType::f64 ? 1e-15 : dt == DType::f32 ? 1e-6 : 8e-3;
+    using UF = Tensor (*)(const Tensor&);
+    for (UF fn : {static_cast<UF>(ops::neg), static_cast<UF>(ops::exp), static_cast<UF>(ops::sigmoid),
+                  static_cast<UF>(ops::softplus), static_cast<UF>(ops::silu), static_cast<UF>(ops::square),
+                  static_cast<UF>(ops::abs), static_cast<UF>(ops::relu), static_cast<UF>(ops::tanh)})
+      CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return fn(t[0]); }) <= ulp_tol);
+    for (UF fn : {static_cast<UF>(ops::log), static_cast<UF>(ops::sqrt), static_cast<UF>(ops::rsqrt)})
+      CHECK(gpu_vs_cpu({xp}, [&](const std::vector<Tensor>& t) { return fn(t[0]); }) <= ulp_tol);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::add_scalar(t[0], 0.3); }) == 0.0);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::mul_scalar(t[0], -1.7); }) == 0.0);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::rsub_scalar(t[0], 1.0); }) == 0.0);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::clamp(t[0], -2, 3); }) == 0.0);
+    CHECK(gpu_vs_cpu({xp}, [](const std::vector<Tensor>& t) { return ops::pow_scalar(t[0], 1.5); }) <= ulp_tol);
+    Tensor cond = Tensor::from_vector(std::vector<double>{1, 0, 0, 1, 1, 0, 1}, {7}, dt);
+    CHECK(gpu_vs_cpu({cond, x, xp}, [](const std::vector<Tensor>& t) { return ops::where(t[0], t[1], t[2]); }) == 0.0);
+    // in-place accumulate on the device
+    Tensor g = test::random_tensor({9, 7}, 14, dt);
+    CHECK(gpu_vs_cpu({g, x}, [](const std::vector<Tensor>& t) {
+            Tensor acc = t[0].clone();
+            ops::add_(acc, t[1]);
+            return acc;
+          }) == 0.0);
+  }
+}
+
+TEST_CASE("cuda: reductions, cumsum, shape ops match the CPU", "[engine][cuda]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    INFO(dtype_name(dt));
+    // short lines (one thread per line) and long lines (one block per line)
+    for (int64_t len : {5, 300, 4097}) {
+      Tensor x = test::random_tensor({3, len, 4}, 20 + len, dt);
+      for (int64_t d : {0, 1, 2}) {
+        INFO("len " << len << " dim " << d);
+        const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 1e-5 : 2e-2;
+        CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return ops::sum(t[0], d, false); }) <= tol);
+        CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return ops::max(t[0], d, true); }) == 0.0);
+        CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return ops::mean(t[0], d, false); }) <= tol);
+      }
+      CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::sum_all(t[0]); }) <= 1e-2);
+    }
+    Tensor y = test::random_tensor({4, 8, 6}, 30, dt).permute({2, 0, 1});
+    for (int64_t d : {0, 1, 2})
+      for (bool rev : {false, true}) {
+        bool exact = false;
+        CHECK(gpu_vs_cpu({y}, [&](const std::vector<Tensor>& t) { return ops::cumsum(t[0], d, rev); }, &exact) == 0.0);
+        CHECK(exact);  // same sequential order and roundings on both sides
+      }
+    CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::sum_to(t[0], {4, 1}); }) <= tol_for(dt) * 10);
+    CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::pad(t[0], 2, 1, 3, -5.0); }) == 0.0);
+    CHECK(gpu_vs_cpu({y, y}, [](const std::vector<Tensor>& t) { return ops::cat({t[0], t[1].narrow(1, 0, 2)}, 1); }) == 0.0);
+    CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::tril(t[0], -1); }) == 0.0);
+    CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::triu(t[0], 1); }) == 0.0);
+  }
+  CHECK(same_bits(ops::eye(5, DType::f32, kGpu), ops::eye(5, DType::f32)));
+}
+
+TEST_CASE("cuda: matmul matches the CPU for every flag and layout", "[engine][cuda]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    // the CPU accumulates in f64; cuBLAS in the dtype's compute type (fp32 for 16-bit)
+    const double tol = dt == DType::f64 ? 1e-13 : dt == DType::f32 ? 1e-5 : 1e-2;
+    uint64_t seed = 40;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        INFO(dtype_name(dt) << " ta " << ta << " tb " << tb);
+        const int64_t M = 37, K = 64, N = 29;
+        Tensor a = test::random_tensor(ta ? Shape{2, 3, K, M} : Shape{2, 3, M, K}, seed++, dt);
+        Tensor b = test::random_tensor(tb ? Shape{2, 3, N, K} : Shape{2, 3, K, N}, seed++, dt);
+        Tensor w = test::random_tensor(tb ? Shape{N, K} : Shape{K, N}, seed++, dt);
+        CHECK(gpu_vs_cpu({a, b}, [&](const std::vector<Tensor>& t) { return ops::matmul(t[0], t[1], ta, tb); }) <= tol);
+        CHECK(gpu_vs_cpu({a, w}, [&](const std::vector<Tensor>& t) { return ops::matmul(t[0], t[1], ta, tb); }) <= tol);
+        // transposed views instead of flags, and a permuted (non-collapsible) batch
+        CHECK(gpu_vs_cpu({a, b}, [&](const std::vector<Tensor>& t) {
+                return ops::matmul(t[0].transpose(-1, -2), t[1].transpose(-1, -2), !ta, !tb);
+              }) <= tol);
+        CHECK(gpu_vs_cpu({a, b}, [&](const std::vector<Tensor>& t) {
+                return ops::matmul(t[0].transpose(0, 1), t[1].transpose(0, 1), ta, tb);
+              }) <= tol);
+      }
+    // matmul_out: dW += alpha x^T dy
+    Tensor x = test::random_tensor({50, 24}, 60, dt), dy = test::random_tensor({50, 16}, 61, dt);
+    Tensor w0 = test::random_tensor({24, 16}, 62, dt);
+    CHECK(gpu_vs_cpu({x, dy, w0}, [](const std::vector<Tensor>& t) {
+            Tensor w = t[2].clone();
+            ops::matmul_out(w, t[0], t[1], true, false, 0.5, 1.0);
+            return w;
+          }) <= tol * 2);
+  }
+}
+
+TEST_CASE("cuda: triangular solve and l2norm match the CPU", "[engine][cuda]") {
+  for (DType dt : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dt));
+    Tensor Lraw = test::random_tensor({2, 3, 64, 64}, 70, dt);
+    Tensor L = ops::add(ops::mul_scalar(ops::tril(Lraw, -1), 0.1), ops::triu(Lraw, 0));
+    Tensor B = test::random_tensor({2, 3, 64, 20}, 71, dt);
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    for (bool tr : {false, true}) {
+      CHECK(gpu_vs_cpu({L, B}, [&](const std::vector<Tensor>& t) { return ops::solve_unit_lower(t[0], t[1], tr); }) <= tol);
+      // strided right-hand side
+      CHECK(gpu_vs_cpu({L, B}, [&](const std::vector<Tensor>& t) {
+              return ops::solve_unit_lower(t[0], t[1].narrow(-2, 0, 64).narrow(-1, 3, 10), tr);
+            }) <= tol);
+    }
+    Tensor x = test::random_tensor({4, 7, 2, 128}, 72, dt), dy = test::random_tensor({4, 7, 2, 128}, 73, dt);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).first; }) <= tol_for(dt) * 4);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).second; }) <= tol_for(dt) * 4);
+    CHECK(gpu_vs_cpu({x, dy}, [](const std::vector<Tensor>& t) {
+            auto [y, r] = ops::l2norm(t[0], 1e-6);
+            return ops::l2norm_backward(t[1], y, r);
+          }) <= tol_for(dt) * 10);
+  }
+}
+
+TEST_CASE("cuda: random fills are bit-identical to the CPU", "[engine][cuda]") {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    for (uint64_t seed : {uint64_t{0}, uint64_t{42}, ~uint64_t{0}}) {
+      CHECK(same_bits(ops::randn({1 << 20}, seed, 12345, dt, kGpu), ops::randn({1 << 20}, seed, 12345, dt)));
+      CHECK(same_bits(ops::rand({1000, 33}, seed, uint64_t{1} << 40, dt, kGpu),
+                      ops::rand({1000, 33}, seed, uint64_t{1} << 40, dt)));
+    }
+    Tensor g = Tensor::zeros({64, 48}, dt, kGpu), c = Tensor::zeros({64, 48}, dt);
+    Tensor gv = g.transpose(0, 1).narrow(1, 5, 50), cv = c.transpose(0, 1).narrow(1, 5, 50);
+    ops::normal_(gv, 7, 3, 0.5, 0.02);
+    ops::normal_(cv, 7, 3, 0.5, 0.02);
+    CHECK(same_bits(g, c));
+  }
+}
+
+TEST_CASE("cuda: streams, guards, record_stream", "[engine][cuda]") {
+  Stream def = current_stream(kGpu);
+  CHECK(def.id() == 0);
+  Stream s = Stream::create(kGpu);
+  CHECK(s.id() != 0);
+  Tensor x = test::random_tensor({256, 256}, 80, DType::f32, kGpu);
+  Tensor y;
+  synchronize(kGpu);  // x's upload (default stream) must land before s reads it
+  {
+    StreamGuard guard(s);
+    CHECK(current_stream(kGpu) == s);
+    x.record_stream(s);  // x was allocated on the default stream, now used on s
+    y = ops::matmul(ops::exp(ops::mul_scalar(x, 0.01)), x);
+  }
+  CHECK(current_stream(kGpu) == def);
+  s.synchronize();
+  Tensor ref = ops::matmul(ops::exp(ops::mul_scalar(x.to(kCpu), 0.01)), x.to(kCpu));
+  CHECK(ops::max_rel_diff(y, ref) <= 1e-5);
+  synchronize(kGpu);
+}
+
+TEST_CASE("cuda: empty() is NaN under the allocator's poison mode", "[engine][cuda]") {
+  alloc::CachingAllocator& a = alloc::cuda_allocator(0);
+  const bool was = a.poison();
+  a.set_poison(true);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    std::vector<double> v = Tensor::empty({1000}, dt, kGpu).to_vector();
+    int nans = 0;
+    for (double x : v) nans += std::isnan(x);
+    CHECK(nans == 1000);
+  }
+  a.set_poison(was);
+}
