@@ -20,6 +20,7 @@
 // the fused backward keep its edge over the two-kernel fallback at D = 128 and 256.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -822,11 +823,22 @@ void launch_scan(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream) {
   LT_LAUNCH(kernel, grid, kThreads, smem, stream, a, z_offset);
 }
 
+// State-scan tile width: 64 x 64 tiles, except D = 64 where 32 x 32 tiles give 4x the CTAs
+// (B*H alone is below the SM count at the benchmark shapes). LT_RWKV6_SCAN_W=64 overrides
+// (development experiments).
+bool scan_tile_32(int64_t D) {
+  static const int forced = [] {
+    const char* e = std::getenv("LT_RWKV6_SCAN_W");
+    return e ? std::atoi(e) : 0;
+  }();
+  return D == 64 && forced != 64;
+}
+
 template <class T, int C>
 void forward_t(const CudaArgs& a, cudaStream_t stream) {
   {
     StageScope s("state_scan");
-    if (a.dims.D == 64) launch_scan<T, C, 32>(a, 1, 0, stream);
+    if (scan_tile_32(a.dims.D)) launch_scan<T, C, 32>(a, 1, 0, stream);
     else launch_scan<T, C, 64>(a, 1, 0, stream);
   }
   {
@@ -859,7 +871,7 @@ void backward_t(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t 
   {
     StageScope s("scans");
     const int nz = h_is_valid ? 1 : 2, z0 = h_is_valid ? 1 : 0;
-    if (a.dims.D == 64) launch_scan<T, C, 32>(a, nz, z0, stream);
+    if (scan_tile_32(a.dims.D)) launch_scan<T, C, 32>(a, nz, z0, stream);
     else launch_scan<T, C, 64>(a, nz, z0, stream);
   }
   if (impl == BwdImpl::kFused) {

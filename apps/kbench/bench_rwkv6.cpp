@@ -1,0 +1,218 @@
+// kbench rwkv6: the RWKV6 token mixer, forward + backward, through engine/mixers/rwkv6.h.
+//
+//   kbench rwkv6 --B 8 --T 512 --H 12 --D 64 --dtype bf16 [--chunk 64]
+//                [--path fused|fallback|ops|autotune] [--keep-states] [--scale S]
+//                [--iters 200] [--warmup 20] [--sets 4] [--json FILE]
+//
+// Prints forward, backward and total medians (CUDA events, --iters iterations after
+// --warmup, rotating among --sets input sets so the inputs do not sit in L2), p10 / p90,
+// the launch atlas of one call (stage, launches, ms), the extra peak memory of one
+// forward + backward from the CUDA caching allocator (peak allocated during the call minus
+// allocated before it: outputs, states, scratch and gradients count; inputs and dO do not),
+// and the floors:
+//   bytes = dtype bytes x (read r, k, v, w, dO once + write o, dr, dk, dv, dw once)
+//   FLOPs = 6 x (2 D^2 + C D) per token and head: forward MACs of the chunk algorithm
+//           (state update K'^T V and inter output (Q e^Ge) S: D^2 each; A and A V: C D / 2
+//           each), backward counted as 2x forward; over the bf16 tensor rate (bf16) or the
+//           fp32 SIMT rate (fp32); the fp32 SIMT floor is printed too (today's kernels are SIMT)
+// and the achieved fraction floor / measured.
+// Inputs as fla's tests draw them: r, k, v, dO ~ N(0, 1), w = logsigmoid(N(0, 1)),
+// u ~ N(0, 1) (fp32), no initial state; scale 1 as in the fla model (--scale to change).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "apps/kbench/bench_common.h"
+#include "apps/kbench/kbench.h"
+#include "engine/device.h"
+#include "engine/mixers/rwkv6.h"
+#include "engine/ops.h"
+#include "kernels/launch.h"
+
+namespace lt::kbench {
+namespace {
+
+struct Rwkv6BenchOptions {
+  int64_t B = 8, T = 512, H = 12;
+  int D = 64;
+  int chunk = 64;
+  std::string dtype = "bf16";
+  std::string path = "fused";
+  bool keep_states = false;
+  double scale = 1.0;
+  int iters = 200;
+  int warmup = 20;
+  int sets = 4;
+  std::string json_path;
+};
+
+DType parse_bench_dtype(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
+  throw std::invalid_argument("kbench rwkv6: --dtype must be bf16 or fp32, got '" + s + "'");
+}
+
+struct InputSet {
+  Tensor r, k, v, w, dO;
+};
+
+int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
+  const DType dt = parse_bench_dtype(o.dtype);
+  const bool device = cuda_available();
+  const Device dev = device ? Device::cuda(0) : Device::cpu();
+  mixers::Rwkv6Options opt;
+  opt.chunk = o.chunk;
+  opt.path = mixers::parse_rwkv6_path(o.path);
+  opt.scale = o.scale;
+  opt.keep_states = o.keep_states;
+  nlohmann::json j = {{"bench", "rwkv6"}, {"B", o.B}, {"T", o.T}, {"H", o.H}, {"D", o.D},
+                      {"dtype", dtype_name(dt)}, {"chunk", o.chunk}, {"path", o.path},
+                      {"keep_states", o.keep_states}, {"scale", o.scale},
+                      {"date", today_utc()}, {"device", device_description(device)}};
+  if (!device && opt.path != mixers::Rwkv6Path::ops) {
+    std::printf("kbench rwkv6: no CUDA device; the %s path runs on the GPU in a benchmark "
+                "(its CPU twins are for tests). Nothing measured.\n", o.path.c_str());
+    j["skipped"] = "no CUDA device";
+    write_json(o.json_path, j);
+    return 0;
+  }
+  const int iters = device ? o.iters : std::min(o.iters, 3);
+  const int warmup = device ? o.warmup : std::min(o.warmup, 1);
+
+  const Shape s4{o.B, o.T, o.H, o.D};
+  const int64_t n4 = shape_numel(s4);
+  uint64_t off = 0;
+  auto randn = [&](const Shape& s, DType t) {
+    Tensor x = ops::randn(s, 20261129, off, t, dev);
+    off += static_cast<uint64_t>(shape_numel(s));
+    return x;
+  };
+  std::vector<InputSet> sets;
+  for (int i = 0; i < std::max(1, o.sets); ++i) {
+    InputSet s;
+    s.r = randn(s4, dt), s.k = randn(s4, dt), s.v = randn(s4, dt);
+    s.w = ops::neg(ops::softplus(ops::neg(randn(s4, DType::f32)))).to(dt);  // logsigmoid
+    s.dO = randn(s4, dt);
+    sets.push_back(s);
+  }
+  const Tensor u = randn({o.H, o.D}, DType::f32);
+  void* stream = device ? current_stream(dev).handle() : nullptr;
+
+  auto call = [&](int i, const MarkFn& mark) {
+    const InputSet& s = sets[static_cast<size_t>(i) % sets.size()];
+    mark(0);
+    mixers::Rwkv6Out out;
+    {
+      StageScope st("fwd/rwkv6");
+      out = mixers::rwkv6_forward(s.r, s.k, s.v, s.w, u, Tensor(), opt);
+    }
+    mark(1);
+    {
+      StageScope st("bwd/rwkv6");
+      mixers::Rwkv6Grads g = mixers::rwkv6_backward(s.r, s.k, s.v, s.w, u, Tensor(), s.dO, Tensor(), opt, out.h);
+    }
+    mark(2);
+  };
+
+  // Autotune measures on first sight of the shape: do it before anything is timed.
+  if (opt.path == mixers::Rwkv6Path::autotune) {
+    const auto choice = mixers::rwkv6_autotune_choice(sets[0].r, sets[0].k, sets[0].v, sets[0].w, u, Tensor(),
+                                                      sets[0].dO, Tensor(), opt);
+    j["autotune_choice"] = choice == rwkv6::BwdImpl::kFused ? "fused" : "fallback";
+    std::printf("kbench rwkv6: autotune picked the %s backward for this shape\n",
+                choice == rwkv6::BwdImpl::kFused ? "fused" : "fallback");
+  }
+  // extra peak memory of one forward + backward (after one warm call: the cache is warm)
+  call(0, [](int) {});
+  alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
+  int64_t extra_peak = 0, extra_reserved = 0;
+  {
+    PeakMeter m(A, device);
+    call(1, [](int) {});
+    extra_peak = m.extra_peak_bytes();
+    extra_reserved = m.extra_reserved_bytes();
+  }
+
+  TimingOptions topt;
+  topt.iters = iters;
+  topt.warmup = warmup;
+  const MultiTiming t = time_regions(call, 3, topt, stream, device);
+  const std::vector<StageRow> atlas = time_stages([&] { call(0, [](int) {}); }, device ? 20 : 1, stream, device);
+  double launches_fwd = 0, launches_bwd = 0;
+  for (auto& r : atlas) {  // launches count against the innermost stage only: sum every row
+    if (r.stage.rfind("fwd/", 0) == 0) launches_fwd += r.launches_per_call;
+    if (r.stage.rfind("bwd/", 0) == 0) launches_bwd += r.launches_per_call;
+  }
+
+  const double es = static_cast<double>(dtype_size(dt));
+  const double tokens = static_cast<double>(o.B * o.T * o.H);
+  Floors fl;
+  fl.bytes = es * 10.0 * static_cast<double>(n4);
+  const double D = o.D, C = o.chunk;
+  fl.flops = 6.0 * tokens * (2.0 * D * D + C * D);
+  const double rate = dt == DType::bf16 ? kH200Bf16FlopsPerS : kH200Fp32FlopsPerS;
+  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
+  const double simt_floor_ms = fl.floor_ms(kH200CopyBytesPerS, kH200Fp32FlopsPerS);
+
+  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  scale %g  (%s, %s)\n",
+              (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
+              o.keep_states ? " (states kept)" : "", o.scale, device_description(device).c_str(), today_utc().c_str());
+  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
+              "p10", "p90", iters, warmup, sets.size());
+  auto row = [](const char* name, const Timing& x) {
+    std::printf("  %-9s %10.4f %10.4f %10.4f\n", name, x.median_ms, x.p10_ms, x.p90_ms);
+  };
+  row("forward", t.regions[0]);
+  row("backward", t.regions[1]);
+  row("total", t.total);
+  std::printf("  launches: forward %.0f, backward %.0f, total %.0f\n", launches_fwd, launches_bwd,
+              launches_fwd + launches_bwd);
+  std::printf("%s", stage_table(atlas).c_str());
+  std::printf("  extra peak memory: %s allocated, %s reserved\n", fmt_bytes(static_cast<double>(extra_peak)).c_str(),
+              fmt_bytes(static_cast<double>(extra_reserved)).c_str());
+  std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
+              "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
+              fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12,
+              fl.flops / 1e9, fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms,
+              simt_floor_ms, 100.0 * simt_floor_ms / t.total.median_ms);
+
+  j["forward"] = t.regions[0].json();
+  j["backward"] = t.regions[1].json();
+  j["total"] = t.total.json();
+  j["launches"] = {{"forward", launches_fwd}, {"backward", launches_bwd}, {"total", launches_fwd + launches_bwd}};
+  j["atlas"] = stage_json(atlas);
+  j["extra_peak_bytes"] = extra_peak;
+  j["extra_reserved_bytes"] = extra_reserved;
+  j["floors"] = {{"bytes", fl.bytes}, {"flops", fl.flops}, {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
+                 {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms},
+                 {"achieved_fraction", floor_ms / t.total.median_ms}, {"simt_floor_ms", simt_floor_ms}};
+  write_json(o.json_path, j);
+  return 0;
+}
+
+void setup_rwkv6(CLI::App& sub, std::function<int()>& run) {
+  auto o = std::make_shared<Rwkv6BenchOptions>();
+  sub.add_option("--B", o->B, "batch")->check(CLI::PositiveNumber);
+  sub.add_option("--T", o->T, "sequence length")->check(CLI::PositiveNumber);
+  sub.add_option("--H", o->H, "heads")->check(CLI::PositiveNumber);
+  sub.add_option("--D", o->D, "head dim (K = V = D; fused/fallback: a multiple of 64)")->check(CLI::PositiveNumber);
+  sub.add_option("--dtype", o->dtype, "bf16 | fp32");
+  sub.add_option("--chunk", o->chunk, "chunk length: 16, 32, 64")->check(CLI::PositiveNumber);
+  sub.add_option("--path", o->path, "fused | fallback | ops | autotune");
+  sub.add_flag("--keep-states", o->keep_states, "backward reuses the forward's chunk states (no recompute)");
+  sub.add_option("--scale", o->scale, "output scale (fla model: 1)")->check(CLI::PositiveNumber);
+  sub.add_option("--iters", o->iters, "timed iterations")->check(CLI::PositiveNumber);
+  sub.add_option("--warmup", o->warmup, "warm-up iterations");
+  sub.add_option("--sets", o->sets, "input sets rotated through (L2 defeat)")->check(CLI::PositiveNumber);
+  sub.add_option("--json", o->json_path, "write the figures as JSON to FILE");
+  run = [o] { return run_rwkv6_bench(*o); };
+}
+
+}  // namespace
+}  // namespace lt::kbench
+
+LT_KBENCH_COMMAND(rwkv6, "RWKV6 token mixer fwd+bwd: medians, launch atlas, extra peak memory, floors",
+                  lt::kbench::setup_rwkv6);
