@@ -91,8 +91,8 @@ Tensor cumsum(const Tensor& x, int64_t d, bool reverse = false);
 //   a: [..., M, K] ([..., K, M] with trans_a);  b: [..., K, N] ([..., N, K] with trans_b)
 // Leading (batch) dims: equal in a and b, or one operand is 2-D and is reused for every
 // batch (e.g. x[B,T,D] @ W[D,E]). No other broadcasting.
-// Dtypes: f32 (CUDA: cuBLAS SGEMM, fp32 accumulation, no TF32), f64 (CUDA: a simple tiled
-// kernel; f64 accumulation), bf16 and f16 (CUDA: cublasGemmStridedBatchedEx, fp32 compute;
+// Dtypes: f32 (CUDA: cublasSgemmStridedBatched, fp32 accumulation, no TF32), f64 (CUDA:
+// cublasDgemmStridedBatched), bf16 and f16 (CUDA: cublasGemmStridedBatchedEx, fp32 compute;
 // output in the input dtype). The CPU loops accumulate in f64 for every dtype, then round.
 // Strides: operands whose last two dims are row-major or column-major with a uniform
 // batch stride are used in place; others are copied to contiguous first (transparent).
@@ -121,10 +121,12 @@ Tensor solve_unit_lower(const Tensor& L, const Tensor& B, bool transpose = false
 
 // ---- normalisation (float dtypes) ------------------------------------------------------
 // L2 norm over the last dim: rstd = 1 / sqrt(sum_d x_d^2 + eps), y = x * rstd.
-// Returns {y [..., D], rstd [...] (x's shape without the last dim)}; accumulates in f32
-// (f64 for f64). fla's KDA uses eps = 1e-6.
+// Returns {y [..., D] in x's dtype, rstd [...] (x's shape without the last dim; f32 for
+// bf16/f16 inputs, else x's dtype)}. Composed from square/sum/rsqrt/mul (4 launches);
+// bf16/f16 inputs are widened to f32 first. fla's KDA uses eps = 1e-6.
 std::pair<Tensor, Tensor> l2norm(const Tensor& x, double eps);
-// dx = rstd * (dy - (dy . y) y), with y and rstd from l2norm.
+// dx = rstd * (dy - (dy . y) y), with y and rstd from l2norm; dy and y share a dtype
+// (bf16/f16 computed in f32); returns dy's dtype. Composed (4 launches).
 Tensor l2norm_backward(const Tensor& dy, const Tensor& y, const Tensor& rstd);
 
 // ---- shape ops (any dtype) -------------------------------------------------------------
