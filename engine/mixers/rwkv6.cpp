@@ -412,7 +412,7 @@ BwdImpl rwkv6_autotune_choice(const Tensor& r, const Tensor& k, const Tensor& v,
   CudaIn in = cuda_prepare(r, k, v, w, u, h0, dout, dht);
   return autotune(in, u, d, scale_of(d, opt), Tensor());
 #else
-  (void)dout, (void)dht;
+  (void)d, (void)dout, (void)dht;
   fail("CUDA tensors in a build without CUDA");
 #endif
 }
