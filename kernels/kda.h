@@ -94,6 +94,10 @@ struct FusedArgs {
   DType dtype = DType::f32;
   float scale = 0.0f;              // 0: D^-1/2
   Gate gate;
+  // State-scan products (inter, inter adjoint) on tensor cores: mma.sync TF32 with the
+  // 3xTF32 split for f32 inputs (fp32-level accuracy), one TF32 product for bf16 inputs.
+  // false: the fp32 CUDA-core variant (kept, tested).
+  bool tensor_cores = true;
   // inputs
   const void* q = nullptr;         // [B,T,H,D]
   const void* k = nullptr;

@@ -51,21 +51,27 @@
 #include <math.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/half.h"
 #include "kernels/kda.h"
 
+// The CUDA and the CPU translation units both instantiate these programs. nvcc's host pass
+// emits host stubs for __device__ functions under their own names, which would collide
+// with the CPU twins' inline definitions at link time; so each side gets its namespace.
 #if defined(__CUDACC__)
+#define KDA_BLOCKS_NS blocks_dev
 #define KDA_DEV __device__
 #define KDA_UNROLL _Pragma("unroll")
 #define KDA_UNROLL_N(n) _Pragma("unroll 8")  // only n = 8 is used
 #else
+#define KDA_BLOCKS_NS blocks
 #define KDA_DEV inline
 #define KDA_UNROLL
 #define KDA_UNROLL_N(n)
 #endif
 
-namespace lt::kda::blocks {
+namespace lt::kda::KDA_BLOCKS_NS {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
@@ -88,7 +94,9 @@ struct Cfg {
   // inter (forward scan): V tiles of BV columns, NTHR_I threads
   static constexpr int BV = 16;
   static constexpr int NV = D / BV;
-  static constexpr int LBV = BV + 1;
+  static constexpr int LDA = D + 4;    // row stride of D-wide tiles read as mma A operands:
+                                       // 4 mod 32 makes the (g, t) fragment pattern conflict-free
+  static constexpr int LBV = BV + 8;   // 24: (k = t, n = g) B-fragment pattern conflict-free
   static constexpr int NTHR_I = 128;
   // inter adjoint: full V per block, row blocks of RB rows
   static constexpr int RB = kSub;
@@ -101,8 +109,8 @@ struct Cfg {
 
   // shared memory, in floats
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
-  static constexpr int kInterFloats = 3 * C * LD + 3 * C * LBV + D * LBV + D;
-  static constexpr int kAdjFloats = 2 * D * LD + 6 * RB * LD + D;
+  static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
+  static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 13 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
@@ -133,6 +141,83 @@ KDA_DEV float ld(const T* p, int64_t i) {
 template <class T>
 KDA_DEV void st(T* p, int64_t i, float v) {
   p[i] = store_from_compute<T>(v);
+}
+
+// ---- warp-level tensor-core tiles: mma.sync m16n8k8, TF32 operands, fp32 accumulate ------
+// Fragments (PTX ISA, m16n8k8 .tf32), lane = 4 g + t:
+//   A 16x8 (row):  a0 (g, t)   a1 (g+8, t)   a2 (g, t+4)   a3 (g+8, t+4)
+//   B 8x8  (col):  b0 (k=t, n=g)             b1 (k=t+4, n=g)
+//   C 16x8:        c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+// kSplit (3xTF32): x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a b ~ al bh + ah bl + ah bh
+// keeps fp32-level accuracy (the dropped lo lo term is ~2^-22 relative); used for f32 inputs.
+// Without it (bf16 inputs) one TF32 product: ~2^-11 relative per product.
+KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
+  uint32_t u = float_bits(x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+  return u & 0xffffe000u;
+}
+KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e -> (row, col)
+  r = (lane >> 2) + ((e & 2) ? 8 : 0);
+  c = 2 * (lane & 3) + (e & 1);
+}
+// hi / lo TF32 parts of one operand value
+KDA_DEV void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_round(x);
+  lo = tf32_round(x - bits_float(hi));
+}
+// acc (16x8) += sum_{k<K} A(r, k) B(k, c); a_at / b_at read the tile (relative coordinates).
+template <int K, bool kSplit, class Blk, class FA, class FB>
+KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], FA a_at, FB b_at) {
+  const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
+  KDA_UNROLL
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float a[4] = {a_at(g, k0 + t), a_at(g + 8, k0 + t), a_at(g, k0 + t + 4), a_at(g + 8, k0 + t + 4)};
+    const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    KDA_UNROLL
+    for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+    tf32_split(b[0], bh[0], bl[0]);
+    tf32_split(b[1], bh[1], bl[1]);
+    if constexpr (kSplit) {
+      blk.mma_tf32(acc, al, bh);
+      blk.mma_tf32(acc, ah, bl);
+    }
+    blk.mma_tf32(acc, ah, bh);
+  }
+}
+// Two products sharing B: acc1 += A1 B, acc2 += A2 B.
+template <int K, bool kSplit, class Blk, class FA1, class FA2, class FB>
+KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], FA1 a1_at, FA2 a2_at, FB b_at) {
+  const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
+  KDA_UNROLL
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
+    uint32_t bh[2], bl[2];
+    tf32_split(b[0], bh[0], bl[0]);
+    tf32_split(b[1], bh[1], bl[1]);
+    {
+      const float a[4] = {a1_at(g, k0 + t), a1_at(g + 8, k0 + t), a1_at(g, k0 + t + 4), a1_at(g + 8, k0 + t + 4)};
+      uint32_t ah[4], al[4];
+      KDA_UNROLL
+      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+      if constexpr (kSplit) {
+        blk.mma_tf32(acc1, al, bh);
+        blk.mma_tf32(acc1, ah, bl);
+      }
+      blk.mma_tf32(acc1, ah, bh);
+    }
+    {
+      const float a[4] = {a2_at(g, k0 + t), a2_at(g + 8, k0 + t), a2_at(g, k0 + t + 4), a2_at(g + 8, k0 + t + 4)};
+      uint32_t ah[4], al[4];
+      KDA_UNROLL
+      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+      if constexpr (kSplit) {
+        blk.mma_tf32(acc2, al, bh);
+        blk.mma_tf32(acc2, ah, bl);
+      }
+      blk.mma_tf32(acc2, ah, bh);
+    }
+  }
 }
 
 // Where chunk n of sequence (b, h) lives.
@@ -483,28 +568,27 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
 
 // ======================================================================================
 // inter (forward state scan), one block per (b, h, V tile of BV columns)
+// kTC: the three products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
 // ======================================================================================
-template <class G, class T, class Blk>
+template <class G, class T, bool kTC, class Blk>
 KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
                            int vt, float* smem) {
   const Dims& dm = a.dims;
-  constexpr int C = G::C, D = G::D, BV = G::BV, LD = G::LD, LBV = G::LBV, NT_ = G::NTHR_I;
-  constexpr int RG = NT_ / BV;        // row groups
-  constexpr int RM = C / RG;          // rows per thread (Delta, O)
-  constexpr int IM = D / RG;          // state rows per thread (S update)
+  constexpr int C = G::C, D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
+  constexpr bool kSplit = std::is_same_v<T, float>;
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const int v0 = vt * BV;
   T* o = static_cast<T*>(a.o);
-  float* Ws = smem;                   // [C][LD]  W
-  float* Qs = Ws + C * LD;            // [C][LD]  Qp
-  float* Ks = Qs + C * LD;            // [C][LD]  Kbar
-  float* Us = Ks + C * LD;            // [C][LBV] U
+  float* Ws = smem;                   // [C][LDA] W
+  float* Qs = Ws + C * LDA;           // [C][LDA] Qp
+  float* Ks = Qs + C * LDA;           // [C][LDA] Kbar
+  float* Us = Ks + C * LDA;           // [C][LBV] U
   float* Os = Us + C * LBV;           // [C][LBV] Ob
   float* Ds = Os + C * LBV;           // [C][LBV] Delta
   float* S = Ds + C * LBV;            // [D][LBV] state tile
   float* eg = S + D * LBV;            // [D] e^gamma
   const int tid = blk.tid();
-  const int j = tid % BV, rg = tid / BV;
+  const int lane = tid & 31, warp = tid >> 5;
 
   for (int e = tid; e < D * BV; e += NT_) {
     const int i = e / BV, jj = e % BV;
@@ -513,12 +597,13 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   const int64_t b = bh / dm.H, h = bh % dm.H;
   for (int64_t n = 0; n < NT; ++n) {
     const int64_t row0 = bh * Tp + n * C;
+    const int64_t t0 = n * C;
     for (int e = tid; e < C * D; e += NT_) {
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      Ws[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
-      Qs[r * LD + i] = ld(static_cast<const T*>(ws.t2), gi);
-      Ks[r * LD + i] = ld(static_cast<const T*>(ws.t3), gi);
+      Ws[r * LDA + i] = ld(static_cast<const T*>(ws.t0), gi);
+      Qs[r * LDA + i] = ld(static_cast<const T*>(ws.t2), gi);
+      Ks[r * LDA + i] = ld(static_cast<const T*>(ws.t3), gi);
     }
     for (int e = tid; e < C * BV; e += NT_) {
       const int r = e / BV, jj = e % BV;
@@ -532,23 +617,46 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       const int i = e / BV, jj = e % BV;
       a.h[((bh * NT + n) * D + i) * D + v0 + jj] = S[i * LBV + jj];
     }
-    {
+    if constexpr (kTC) {
+      // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV], one warp per tile
+      constexpr int NTN = BV / 8, NTILE = (C / 16) * NTN;
+      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
+        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
+        float ws_[4] = {0.0f, 0.0f, 0.0f, 0.0f}, oo[4];
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          oo[e] = Os[(m0 + r) * LBV + n0 + c];
+        }
+        mma_acc2<D, kSplit>(
+            blk, ws_, oo, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
+            [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; },
+            [&](int k, int c) { return S[k * LBV + n0 + c]; });
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          Ds[(m0 + r) * LBV + n0 + c] = Us[(m0 + r) * LBV + n0 + c] - ws_[e];
+          if (t0 + m0 + r < dm.T) st(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + n0 + c, oo[e]);
+        }
+      }
+    } else {
+      constexpr int RG = NT_ / BV, RM = C / RG;
+      const int j = tid % BV, rg = tid / BV;
       float dl[RM], oo[RM];
-KDA_UNROLL
+      KDA_UNROLL
       for (int m = 0; m < RM; ++m) {
         dl[m] = Us[(rg + m * RG) * LBV + j];
         oo[m] = Os[(rg + m * RG) * LBV + j];
       }
       for (int i = 0; i < D; ++i) {
         const float sv = S[i * LBV + j];
-KDA_UNROLL
+        KDA_UNROLL
         for (int m = 0; m < RM; ++m) {
-          dl[m] -= Ws[(rg + m * RG) * LD + i] * sv;
-          oo[m] += Qs[(rg + m * RG) * LD + i] * sv;
+          dl[m] -= Ws[(rg + m * RG) * LDA + i] * sv;
+          oo[m] += Qs[(rg + m * RG) * LDA + i] * sv;
         }
       }
-      const int64_t t0 = n * C;
-KDA_UNROLL
+      KDA_UNROLL
       for (int m = 0; m < RM; ++m) {
         const int r = rg + m * RG;
         Ds[r * LBV + j] = dl[m];
@@ -556,16 +664,38 @@ KDA_UNROLL
       }
     }
     blk.sync();  // Delta complete; everybody done reading S
-    {
+    if constexpr (kTC) {
+      // S <- e^gamma S + Kbar^T Delta: 16x8 tiles of [D x BV]; each warp owns its tiles of S
+      constexpr int NTN = BV / 8, NTILE = (D / 16) * NTN;
+      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
+        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
+        float acc[4];
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          acc[e] = eg[m0 + r] * S[(m0 + r) * LBV + n0 + c];
+        }
+        mma_acc<C, kSplit>(
+            blk, acc, [&](int r, int k) { return Ks[k * LDA + m0 + r]; },
+            [&](int k, int c) { return Ds[k * LBV + n0 + c]; });
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          S[(m0 + r) * LBV + n0 + c] = acc[e];
+        }
+      }
+    } else {
+      constexpr int RG = NT_ / BV, IM = D / RG;
+      const int j = tid % BV, rg = tid / BV;
       float acc[IM];
-KDA_UNROLL
+      KDA_UNROLL
       for (int m = 0; m < IM; ++m) acc[m] = eg[rg + m * RG] * S[(rg + m * RG) * LBV + j];
       for (int r = 0; r < C; ++r) {
         const float dv = Ds[r * LBV + j];
-KDA_UNROLL
-        for (int m = 0; m < IM; ++m) acc[m] += Ks[r * LD + rg + m * RG] * dv;
+        KDA_UNROLL
+        for (int m = 0; m < IM; ++m) acc[m] += Ks[r * LDA + rg + m * RG] * dv;
       }
-KDA_UNROLL
+      KDA_UNROLL
       for (int m = 0; m < IM; ++m) S[(rg + m * RG) * LBV + j] = acc[m];
     }
     blk.sync();  // S updated before the next step's tiles overwrite Ws..Ds
@@ -579,13 +709,19 @@ KDA_UNROLL
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
+// kTC: products on tensor cores; else fp32 CUDA cores.
 // ======================================================================================
-template <class G, class T, class Blk>
+template <class G, class T, bool kTC, class Blk>
 KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
                                    float* smem) {
   const Dims& dm = a.dims;
-  constexpr int C = G::C, D = G::D, LD = G::LD, RB = G::RB, NT_ = G::NTHR_A;
-  constexpr int NACC = D * D / NT_;   // S' accumulator elements per thread
+  constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  // S' accumulator: SIMT owns elements tid + m NT_; TC owns 16x8 tiles warp + u NW
+  constexpr int NACC = D * D / NT_;
+  constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN, NACC_T = NTILE_ACC / NW;
+  static_assert(TN == NW, "one 8-column tile per warp in the row-block products");
+  static_assert(NTILE_ACC % NW == 0 && NACC_T * 4 == NACC);
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
   float* S = smem;                    // [D][LD]  h[n]
@@ -598,12 +734,13 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   float* Dr = Or + RB * LD;           // [RB][LD] A_qk^T dO -> dDelta
   float* eg = Dr + RB * LD;           // [D]
   const int tid = blk.tid();
+  const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
 
   for (int e = tid; e < D * D; e += NT_)
     Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
   float acc[NACC];
-KDA_UNROLL
+  KDA_UNROLL
   for (int m = 0; m < NACC; ++m) acc[m] = 0.0f;
 
   for (int64_t n = NT - 1; n >= 0; --n) {
@@ -623,64 +760,125 @@ KDA_UNROLL
         Or[r * LD + i] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
       }
       blk.sync();  // also orders the S / eg loads above
-      // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (element (r, j), in place)
-      for (int e = tid; e < RB * D; e += NT_) {
-        const int r = e / D, j = e % D;
-        float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
-        for (int i = 0; i < D; ++i) {
-          dl -= Wr[r * LD + i] * S[i * LD + j];
-          dd += Kr[r * LD + i] * Sp[i * LD + j];
+      // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
+      if constexpr (kTC) {
+        const int n0 = warp * 8;
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_acc<D, kSplit>(blk, p, [&](int r, int k) { return Wr[r * LD + k]; },
+                           [&](int k, int c) { return S[k * LD + n0 + c]; });
+        mma_acc<D, kSplit>(blk, q, [&](int r, int k) { return Kr[r * LD + k]; },
+                           [&](int k, int c) { return Sp[k * LD + n0 + c]; });
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          const int j = n0 + c;
+          const float dl = Ur[r * LD + j] - p[e], dd = Dr[r * LD + j] + q[e];
+          Ur[r * LD + j] = dl;
+          Dr[r * LD + j] = dd;
+          st(static_cast<T*>(ws.t1), (row0 + r) * D + j, dl);
+          st(static_cast<T*>(ws.t4), (row0 + r) * D + j, dd);
         }
-        Ur[r * LD + j] = dl;
-        Dr[r * LD + j] = dd;
-        const int64_t gi = (row0 + r) * D + j;
-        st(static_cast<T*>(ws.t1), gi, dl);
-        st(static_cast<T*>(ws.t4), gi, dd);
+      } else {
+        for (int e = tid; e < RB * D; e += NT_) {
+          const int r = e / D, j = e % D;
+          float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
+          for (int i = 0; i < D; ++i) {
+            dl -= Wr[r * LD + i] * S[i * LD + j];
+            dd += Kr[r * LD + i] * Sp[i * LD + j];
+          }
+          Ur[r * LD + j] = dl;
+          Dr[r * LD + j] = dd;
+          const int64_t gi = (row0 + r) * D + j;
+          st(static_cast<T*>(ws.t1), gi, dl);
+          st(static_cast<T*>(ws.t4), gi, dd);
+        }
       }
       blk.sync();
-      // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i))
-      for (int e = tid; e < RB * D; e += NT_) {
-        const int r = e / D, i = e % D;
-        float xq = 0.0f, xw = 0.0f, xk = 0.0f;
-        for (int j = 0; j < D; ++j) {
-          const float sv = S[i * LD + j];
-          xq += Or[r * LD + j] * sv;
-          xw += Dr[r * LD + j] * sv;
-          xk += Ur[r * LD + j] * Sp[i * LD + j];
+      // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i));
+      // S' accumulator += scale Q~^T dO - W^T dDelta over the block's rows
+      if constexpr (kTC) {
+        const int n0 = warp * 8;
+        float xq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_acc2<D, kSplit>(
+            blk, xq, xw, [&](int r, int k) { return Or[r * LD + k]; }, [&](int r, int k) { return Dr[r * LD + k]; },
+            [&](int k, int c) { return S[(n0 + c) * LD + k]; });
+        mma_acc<D, kSplit>(blk, xk, [&](int r, int k) { return Ur[r * LD + k]; },
+                           [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          const int64_t gi = (row0 + r) * D + n0 + c;
+          st(static_cast<T*>(ws.t2), gi, xq[e]);
+          st(static_cast<T*>(ws.t0), gi, xw[e]);
+          st(static_cast<T*>(ws.t3), gi, xk[e]);
         }
-        const int64_t gi = (row0 + r) * D + i;
-        st(static_cast<T*>(ws.t2), gi, xq);
-        st(static_cast<T*>(ws.t0), gi, xw);
-        st(static_cast<T*>(ws.t3), gi, xk);
-      }
-      // acc += scale Q~^T dO - W^T dDelta over the block's rows
-KDA_UNROLL
-      for (int m = 0; m < NACC; ++m) {
-        const int e = tid + m * NT_;
-        const int i = e / D, j = e % D;
-        float s = 0.0f;
-        for (int r = 0; r < RB; ++r) s += Qr[r * LD + i] * Or[r * LD + j] - Wr[r * LD + i] * Dr[r * LD + j];
-        acc[m] += s;
+        KDA_UNROLL
+        for (int u = 0; u < NACC_T; ++u) {
+          const int ti = warp + u * NW;
+          const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+          float ac[4] = {acc[4 * u], acc[4 * u + 1], acc[4 * u + 2], acc[4 * u + 3]};
+          mma_acc<RB, kSplit>(blk, ac, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+                              [&](int k, int c) { return Or[k * LD + c0 + c]; });
+          mma_acc<RB, kSplit>(blk, ac, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+                              [&](int k, int c) { return Dr[k * LD + c0 + c]; });
+          KDA_UNROLL
+          for (int e = 0; e < 4; ++e) acc[4 * u + e] = ac[e];
+        }
+      } else {
+        for (int e = tid; e < RB * D; e += NT_) {
+          const int r = e / D, i = e % D;
+          float xq = 0.0f, xw = 0.0f, xk = 0.0f;
+          for (int j = 0; j < D; ++j) {
+            const float sv = S[i * LD + j];
+            xq += Or[r * LD + j] * sv;
+            xw += Dr[r * LD + j] * sv;
+            xk += Ur[r * LD + j] * Sp[i * LD + j];
+          }
+          const int64_t gi = (row0 + r) * D + i;
+          st(static_cast<T*>(ws.t2), gi, xq);
+          st(static_cast<T*>(ws.t0), gi, xw);
+          st(static_cast<T*>(ws.t3), gi, xk);
+        }
+        KDA_UNROLL
+        for (int m = 0; m < NACC; ++m) {
+          const int e = tid + m * NT_;
+          const int i = e / D, j = e % D;
+          float s = 0.0f;
+          for (int r = 0; r < RB; ++r) s += Qr[r * LD + i] * Or[r * LD + j] - Wr[r * LD + i] * Dr[r * LD + j];
+          acc[m] += s;
+        }
       }
       blk.sync();  // row tiles free for the next block
     }
     // dgamma_s = e^gamma * sum_v S S'  (one warp per state row)
-    {
-      const int lane = tid % 32, warp = tid / 32;
-      for (int i = warp; i < D; i += NT_ / 32) {
-        float s = 0.0f;
-        for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
-        s = blk.warp_sum(s);
-        if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
-      }
+    for (int i = warp; i < D; i += NW) {
+      float s = 0.0f;
+      for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
+      s = blk.warp_sum(s);
+      if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
     }
     blk.sync();
-KDA_UNROLL
-    for (int m = 0; m < NACC; ++m) {
-      const int e = tid + m * NT_;
-      const int i = e / D, j = e % D;
-      Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
-      acc[m] = 0.0f;
+    if constexpr (kTC) {
+      KDA_UNROLL
+      for (int u = 0; u < NACC_T; ++u) {
+        const int ti = warp + u * NW;
+        const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          const int i = m0 + r, j = c0 + c;
+          Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[4 * u + e];
+          acc[4 * u + e] = 0.0f;
+        }
+      }
+    } else {
+      KDA_UNROLL
+      for (int m = 0; m < NACC; ++m) {
+        const int e = tid + m * NT_;
+        const int i = e / D, j = e % D;
+        Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
+        acc[m] = 0.0f;
+      }
     }
     blk.sync();
   }
@@ -1059,4 +1257,4 @@ inline void dispatch_config(const Dims& dm, DType dtype, F&& f) {
   }
 }
 
-}  // namespace lt::kda::blocks
+}  // namespace lt::kda::KDA_BLOCKS_NS

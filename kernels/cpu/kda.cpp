@@ -305,7 +305,8 @@ namespace {
 // sync() is a std::barrier over all of them, warp_sum() exchanges through a per-warp
 // buffer between two per-warp barriers (every lane sums the 32 values in lane order).
 struct WarpExchange {
-  explicit WarpExchange(int nwarps) : vals(static_cast<size_t>(nwarps) * 32) {
+  static constexpr int kSlot = 10;  // floats per lane: mma a[4], b[2], c[4]
+  explicit WarpExchange(int nwarps) : vals(static_cast<size_t>(nwarps) * 32 * kSlot) {
     for (int w = 0; w < nwarps; ++w) bars.push_back(std::make_unique<std::barrier<>>(32));
   }
   std::vector<float> vals;
@@ -319,12 +320,42 @@ class EmuBlock {
   void sync() { bar_->arrive_and_wait(); }
   float warp_sum(float v) {
     const int w = tid_ / 32;
-    wx_->vals[tid_] = v;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * WarpExchange::kSlot];
+    x[(tid_ % 32) * WarpExchange::kSlot] = v;
     wx_->bars[w]->arrive_and_wait();
     float s = 0.0f;
-    for (int l = 0; l < 32; ++l) s += wx_->vals[w * 32 + l];
+    for (int l = 0; l < 32; ++l) s += x[l * WarpExchange::kSlot];
     wx_->bars[w]->arrive_and_wait();
     return s;
+  }
+  // mma.sync.m16n8k8 tf32 of the warp: every lane deposits its fragments, then computes
+  // its own four accumulator elements from the gathered A (16x8) and B (8x8).
+  void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = tid_ / 32, lane = tid_ % 32;
+    constexpr int S = WarpExchange::kSlot;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * S];
+    for (int i = 0; i < 4; ++i) x[lane * S + i] = bits_float(a[i]);
+    x[lane * S + 4] = bits_float(b[0]);
+    x[lane * S + 5] = bits_float(b[1]);
+    wx_->bars[w]->arrive_and_wait();
+    float A[16][8], Bm[8][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      A[g][t] = x[l * S + 0];
+      A[g + 8][t] = x[l * S + 1];
+      A[g][t + 4] = x[l * S + 2];
+      A[g + 8][t + 4] = x[l * S + 3];
+      Bm[t][g] = x[l * S + 4];
+      Bm[t + 4][g] = x[l * S + 5];
+    }
+    wx_->bars[w]->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + ((e & 2) ? 8 : 0), c = 2 * t + (e & 1);
+      float s = 0.0f;
+      for (int k = 0; k < 8; ++k) s += A[r][k] * Bm[k][c];
+      d[e] += s;
+    }
   }
   void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
   uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
@@ -370,7 +401,8 @@ void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
       blocks::intra_program<G, T, false>(a, ws, blk, g / NT, g % NT, sm);
     });
     emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::inter_program<G, T>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
+      if (a.tensor_cores) blocks::inter_program<G, T, true>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
+      else blocks::inter_program<G, T, false>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
     });
   });
 }
@@ -383,7 +415,8 @@ void fused_backward_cpu(const FusedArgs& a, const Workspace& ws) {
       blocks::intra_program<G, T, true>(a, ws, blk, g / NT, g % NT, sm);
     });
     emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::inter_adjoint_program<G, T>(a, ws, blk, g, sm);
+      if (a.tensor_cores) blocks::inter_adjoint_program<G, T, true>(a, ws, blk, g, sm);
+      else blocks::inter_adjoint_program<G, T, false>(a, ws, blk, g, sm);
     });
     emulate_grid(NT * BH, G::NTHR, G::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
       blocks::intra_adjoint_program<G, T>(a, ws, blk, g / NT, g % NT, sm);

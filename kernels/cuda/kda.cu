@@ -14,6 +14,7 @@
 #include "kernels/launch.h"
 
 namespace lt::kda {
+namespace blocks = blocks_dev;  // kernels/kda_blocks.h: the device-side namespace
 namespace {
 
 struct CudaBlk {
@@ -28,6 +29,13 @@ struct CudaBlk {
   __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
   __device__ void acquire() { __threadfence(); }
   __device__ float load_cg(const float* p) { return __ldcg(p); }
+  __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
 };
 
 template <class G, class T, bool kBwd>
@@ -38,20 +46,20 @@ __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspa
   blocks::intra_program<G, T, kBwd>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T>
+template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t g = blockIdx.x;
-  blocks::inter_program<G, T>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV),
-                              reinterpret_cast<float*>(smem4));
+  blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV),
+                                   reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T>
+template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
-  blocks::inter_adjoint_program<G, T>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
+  blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T>
@@ -77,12 +85,13 @@ void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
     auto* kda_fwd_intra = &kda_intra_kernel<G, T, false>;
-    auto* kda_fwd_inter = &kda_inter_kernel<G, T>;
+    auto* kda_fwd_inter = a.tensor_cores ? &kda_inter_kernel<G, T, true> : &kda_inter_kernel<G, T, false>;
     const size_t smem_intra = G::kIntraFloats * sizeof(float);
     const size_t smem_inter = G::kInterFloats * sizeof(float);
     static const bool once = [&] {
       allow_smem(kda_fwd_intra, smem_intra);
-      allow_smem(kda_fwd_inter, smem_inter);
+      allow_smem(&kda_inter_kernel<G, T, true>, smem_inter);
+      allow_smem(&kda_inter_kernel<G, T, false>, smem_inter);
       return true;
     }();
     (void)once;
@@ -103,14 +112,16 @@ void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) 
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
     auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true>;
-    auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T>;
+    auto* kda_bwd_inter_adjoint =
+        a.tensor_cores ? &kda_inter_adjoint_kernel<G, T, true> : &kda_inter_adjoint_kernel<G, T, false>;
     auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<G, T>;
     const size_t smem_re = G::kIntraFloats * sizeof(float);
     const size_t smem_adj = G::kAdjFloats * sizeof(float);
     const size_t smem_ia = G::kIntraAdjFloats * sizeof(float);
     static const bool once = [&] {
       allow_smem(kda_bwd_recompute, smem_re);
-      allow_smem(kda_bwd_inter_adjoint, smem_adj);
+      allow_smem(&kda_inter_adjoint_kernel<G, T, true>, smem_adj);
+      allow_smem(&kda_inter_adjoint_kernel<G, T, false>, smem_adj);
       allow_smem(kda_bwd_intra_adjoint, smem_ia);
       return true;
     }();

@@ -31,11 +31,13 @@ struct Case {
   bool dht = false;
   Gate gate;
   DType dtype = DType::f32;
+  bool simt = false;  // fused path: the fp32 CUDA-core variant of the scan kernels
   std::string name() const {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s", (long long)dims.B,
+    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s", (long long)dims.B,
                   (long long)dims.T, (long long)dims.H, dims.D, dims.C, dtype_name(dtype),
-                  h0 ? " h0" : "", dht ? " dht" : "", gate.use_lower_bound ? " lb" : "");
+                  h0 ? " h0" : "", dht ? " dht" : "", gate.use_lower_bound ? " lb" : "",
+                  simt ? " simt" : "");
     return buf;
   }
 };

@@ -73,7 +73,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   ws.gamma = gam.data(); ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
 
   FusedArgs a;
-  a.dims = d; a.dtype = c.dtype; a.gate = c.gate;
+  a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
   a.q = q.data(); a.k = k.data(); a.v = v.data(); a.f = f.data(); a.b = b.data();
   a.A_log = A_log.data(); a.dt_bias = dt_bias.data(); a.h0 = c.h0 ? h0.data() : nullptr;
   a.o = o.data(); a.ht = ht.data(); a.h = h.data();
@@ -164,9 +164,14 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   add({1, 45, 1, 128, 64}, false, true, false, DType::f32);   // D = 128, one partial chunk
   add({1, 33, 1, 128, 16}, true, true, false, DType::f32);
   add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);    // bf16 inputs
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {  // and the fp32 CUDA-core scan variant
+    Case c = cases[i];
+    c.simt = true;
+    cases.push_back(c);
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    const Data x = make_data(c, seed + i);
+    const Data x = make_data(c, seed + i % (cases.size() / 2));
     const Result ref = run_naive(c, x);
     const Result got = run_fused_twin(c, x);
     const ErrReport e = compare(got, ref, false, true, true);
@@ -175,4 +180,89 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
     INFO(c.name() << " seed " << seed + i << e.str());
     CHECK(e.worst() < tol);
   }
+}
+
+// ---- Tensor-level API: the ops path (CPU) and the fused twins through engine/mixers ------
+#include "engine/mixers/kda.h"
+#include "engine/ops.h"
+
+namespace {
+
+struct TensorCase {
+  Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
+};
+
+TensorCase to_tensors(const Case& c, const Data& x, DType dt) {
+  const Dims& d = c.dims;
+  const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
+  const DType pdt = dt == DType::f64 ? DType::f64 : DType::f32;
+  TensorCase t;
+  t.q = Tensor::from_vector(x.q, s4, dt); t.k = Tensor::from_vector(x.k, s4, dt);
+  t.v = Tensor::from_vector(x.v, s4, dt); t.f = Tensor::from_vector(x.f, s4, dt);
+  t.b = Tensor::from_vector(x.b, s3, dt); t.dO = Tensor::from_vector(x.dO, s4, dt);
+  t.A_log = Tensor::from_vector(x.A_log, {d.H}, pdt);
+  t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, pdt);
+  if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, pdt);
+  if (c.dht) t.dht = Tensor::from_vector(x.dht, ss, pdt);
+  return t;
+}
+
+Result run_mixer(const Case& c, const TensorCase& t, mixers::KdaPath path) {
+  mixers::KdaConfig cfg;
+  cfg.chunk = c.dims.C;
+  cfg.gate = c.gate;
+  cfg.path = path;
+  cfg.output_final_state = true;
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
+  Result r;
+  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
+  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
+  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
+  if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
+  const uint64_t seed = test_seed() + 3;
+  struct Row { Dims d; bool h0, dht, lb; DType dt; double tol; };
+  const std::vector<Row> rows = {
+      {{2, 37, 2, 16, 16}, true, true, false, DType::f64, 1e-10},  // f64: the chunk algorithm itself
+      {{1, 45, 2, 8, 8}, false, true, true, DType::f64, 1e-10},    // lower-bound gate, C = 8
+      {{2, 50, 1, 32, 32}, true, false, false, DType::f64, 1e-10},
+      {{2, 37, 2, 16, 16}, true, true, false, DType::f32, 1e-5},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Case c;
+    c.dims = rows[i].d; c.h0 = rows[i].h0; c.dht = rows[i].dht; c.dtype = rows[i].dt;
+    c.gate.use_lower_bound = rows[i].lb;
+    const Data x = make_data(c, seed + i);
+    const Result ref = run_naive(c, x);
+    const Result got = run_mixer(c, to_tensors(c, x, c.dtype), mixers::KdaPath::ops);
+    const ErrReport e = compare(got, ref, false, true, c.h0);
+    std::printf("[kda] ops (CPU) vs naive %-34s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
+    INFO(c.name() << " seed " << seed + i << e.str());
+    CHECK(e.worst() < rows[i].tol);
+  }
+}
+
+TEST_CASE("KDA Tensor API: fused (CPU twins) and naive paths agree with ops", "[kda][ops]") {
+  const uint64_t seed = test_seed() + 4;
+  Case c;
+  c.dims = {1, 40, 2, 64, 16};
+  c.h0 = true;
+  c.dht = true;
+  const Data x = make_data(c, seed);
+  const TensorCase t = to_tensors(c, x, DType::f32);
+  const Result ops_r = run_mixer(c, t, mixers::KdaPath::ops);
+  const Result fused_r = run_mixer(c, t, mixers::KdaPath::fused);
+  const Result naive_r = run_mixer(c, t, mixers::KdaPath::naive);
+  const ErrReport ef = compare(fused_r, ops_r, false, true, true);
+  const ErrReport en = compare(naive_r, ops_r, false, true, true);
+  std::printf("[kda] tensor API fused(twin) vs ops %s worst %.2e:%s\n", c.name().c_str(), ef.worst(), ef.str().c_str());
+  std::printf("[kda] tensor API naive vs ops %s worst %.2e:%s\n", c.name().c_str(), en.worst(), en.str().c_str());
+  CHECK(ef.worst() < 1e-5);
+  CHECK(en.worst() < 1e-5);
 }

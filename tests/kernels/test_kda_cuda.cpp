@@ -62,7 +62,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   std::vector<float> A_log = to_f32(x.A_log), dt_bias = to_f32(x.dt_bias), h0 = to_f32(x.h0), dht = to_f32(x.dht);
   const size_t es = c.dtype == DType::bf16 ? 2 : 4;
   FusedArgs a;
-  a.dims = d; a.dtype = c.dtype; a.gate = c.gate;
+  a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
   a.q = dev.up(q.data(), q.bytes()); a.k = dev.up(k.data(), k.bytes()); a.v = dev.up(v.data(), v.bytes());
   a.f = dev.up(f.data(), f.bytes()); a.b = dev.up(b.data(), b.bytes());
   a.A_log = static_cast<float*>(dev.up(A_log)); a.dt_bias = static_cast<float*>(dev.up(dt_bias));
@@ -104,6 +104,7 @@ const Result& reference(const Case& c, const Data& x) {
   static std::map<std::string, Result> cache;
   Case key = c;
   key.dims.C = 0;
+  key.simt = false;
   auto it = cache.find(key.name());
   if (it != cache.end()) return it->second;
   const auto t0 = std::chrono::steady_clock::now();
@@ -135,11 +136,17 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
   add({2, 200, 2, 128, 32}, true, true, false, DType::f32);
   add({2, 200, 2, 128, 16}, true, false, false, DType::f32);
   add({2, 200, 2, 128, 64}, true, true, false, DType::bf16);
+  for (int i : {0, 1, 3, 5, 7, 9}) {  // the fp32 CUDA-core variant of the scan kernels
+    Case c = cases[i];
+    c.simt = true;
+    cases.push_back(c);
+  }
   double worst_f32 = 0, worst_bf16 = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     Case key = c;
     key.dims.C = 0;
+    key.simt = false;
     const uint64_t s = seed + std::hash<std::string>{}(key.name()) % 1000;  // same data for every C
     const Data x = make_data(c, s);
     const Result& ref = reference(c, x);
@@ -173,4 +180,139 @@ TEST_CASE("KDA fused CUDA launches: 2 forward + 3 backward", "[kda][cuda]") {
   CHECK(m["kda/inter_adjoint"] == 1);
   CHECK(m["kda/intra_adjoint"] == 1);
   CHECK(total_launches() == 5);
+}
+
+// ---- Tensor API on CUDA: fused vs the ops path; the allocator gate ------------------------
+#include "engine/mixers/kda.h"
+#include "engine/ops.h"
+
+namespace {
+
+struct TCase {
+  Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
+};
+
+TCase upload(const Case& c, const Data& x) {
+  const Dims& d = c.dims;
+  const Device dev = Device::cuda(0);
+  const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
+  TCase t;
+  t.q = Tensor::from_vector(x.q, s4, c.dtype, dev); t.k = Tensor::from_vector(x.k, s4, c.dtype, dev);
+  t.v = Tensor::from_vector(x.v, s4, c.dtype, dev); t.f = Tensor::from_vector(x.f, s4, c.dtype, dev);
+  t.b = Tensor::from_vector(x.b, s3, c.dtype, dev); t.dO = Tensor::from_vector(x.dO, s4, c.dtype, dev);
+  t.A_log = Tensor::from_vector(x.A_log, {d.H}, DType::f32, dev);
+  t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, DType::f32, dev);
+  if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, DType::f32, dev);
+  if (c.dht) t.dht = Tensor::from_vector(x.dht, ss, DType::f32, dev);
+  return t;
+}
+
+Result run_path(const Case& c, const TCase& t, mixers::KdaPath path) {
+  mixers::KdaConfig cfg;
+  cfg.chunk = c.dims.C;
+  cfg.gate = c.gate;
+  cfg.path = path;
+  cfg.output_final_state = true;
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
+  Result r;
+  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
+  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
+  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
+  if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]") {
+  alloc::cuda_allocator(0).set_poison(true);
+  const uint64_t seed = test_seed() + 11;
+  std::vector<Case> cases;
+  auto add = [&](Dims d, bool h0, bool dht, DType dt) {
+    Case c;
+    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    cases.push_back(c);
+  };
+  add({8, 512, 12, 64, 16}, false, false, DType::f32);
+  add({8, 512, 12, 64, 64}, false, false, DType::f32);
+  add({8, 512, 12, 64, 64}, false, false, DType::bf16);
+  add({2, 300, 3, 64, 32}, true, true, DType::f32);
+  add({2, 200, 2, 128, 64}, true, true, DType::f32);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const Data x = make_data(c, seed + i);
+    const TCase t = upload(c, x);
+    const Result ops_r = run_path(c, t, mixers::KdaPath::ops);
+    const Result fused_r = run_path(c, t, mixers::KdaPath::fused);
+    const ErrReport e = compare(fused_r, ops_r, false, true, c.h0);
+    // the ops path computes bf16 inputs in f32: the comparison then carries bf16 rounding
+    const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
+    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
+    INFO(c.name() << " seed " << seed + i << e.str());
+    CHECK(e.worst() < tol);
+  }
+}
+
+TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajectory", "[kda][cuda][alloc]") {
+  alloc::CachingAllocator& A = alloc::cuda_allocator(0);
+  A.set_poison(false);
+  Case c;
+  c.dims = {8, 512, 12, 64, 16};
+  const Data x = make_data(c, test_seed() + 21);
+  const TCase t = upload(c, x);
+  const Dims& d = c.dims;
+  const int64_t traj = static_cast<int64_t>(trajectory_bytes(d));
+  struct Figures { int64_t allocs = 0, peak_in_use = 0, reserved = 0, big = 0; };
+  auto measure = [&](mixers::KdaPath path, Figures& fwd_f, Figures& bwd_f) {
+    mixers::KdaConfig cfg;
+    cfg.chunk = d.C;
+    cfg.path = path;
+    LT_CUDA_CHECK(cudaDeviceSynchronize());
+    A.empty_cache();
+    A.set_trace(true);
+    A.reset_peak_stats();
+    A.reset_accumulated_stats();
+    const int64_t in_use0 = A.stats().allocated_bytes.current, res0 = A.stats().reserved_bytes.current;
+    auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, Tensor()}, cfg);
+    LT_CUDA_CHECK(cudaDeviceSynchronize());
+    alloc::Stats s = A.stats();
+    fwd_f.allocs = s.allocation.allocated;
+    fwd_f.peak_in_use = s.allocated_bytes.peak - in_use0;
+    fwd_f.reserved = s.reserved_bytes.peak - res0;
+    for (auto& ev : A.trace())
+      if (ev.action == alloc::TraceAction::alloc && static_cast<int64_t>(ev.requested_size) >= traj) ++fwd_f.big;
+    // backward alone: cached blocks released first, so its reservation is its own
+    A.empty_cache();
+    A.set_trace(true);
+    A.reset_peak_stats();
+    A.reset_accumulated_stats();
+    const int64_t in_use1 = A.stats().allocated_bytes.current, res1 = A.stats().reserved_bytes.current;
+    {
+      auto g = mixers::kda_backward(std::move(out.saved), t.dO);
+      LT_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    s = A.stats();
+    bwd_f.allocs = s.allocation.allocated;
+    bwd_f.peak_in_use = s.allocated_bytes.peak - in_use1;
+    bwd_f.reserved = s.reserved_bytes.peak - res1;
+    for (auto& ev : A.trace())
+      if (ev.action == alloc::TraceAction::alloc && static_cast<int64_t>(ev.requested_size) >= traj) ++bwd_f.big;
+    A.set_trace(false);
+  };
+  Figures ff, fb, of, ob;
+  measure(mixers::KdaPath::fused, ff, fb);
+  measure(mixers::KdaPath::ops, of, ob);
+  auto line = [&](const char* name, const Figures& f) {
+    std::printf("[kda] alloc gate %-14s allocations %4lld  peak in-use %9.1f MB  reserved %9.1f MB  "
+                "allocations >= trajectory (%.1f MB): %lld\n", name, (long long)f.allocs, f.peak_in_use / 1e6,
+                f.reserved / 1e6, traj / 1e6, (long long)f.big);
+  };
+  line("fused forward", ff);
+  line("fused backward", fb);
+  line("ops forward", of);
+  line("ops backward", ob);
+  CHECK(fb.reserved < ob.reserved);
+  CHECK(ff.big == 1);  // the saved state trajectory h
+  CHECK(fb.big == 0);  // the backward allocates nothing of trajectory size
 }

@@ -1,0 +1,97 @@
+// Timing utilities shared by the kbench mixer benchmarks (kda, rwkv6, ...).
+//
+//   lt::kbench::Timing t = time_device([&](int i) { run(sets[i % nsets]); }, opt, stream);
+//     CUDA events around each call after `warmup` calls; median / p10 / p90 / mean in ms.
+//     The callable gets the iteration index so it can rotate among input sets (defeats L2).
+//     Without CUDA (or with stream == cpu) it times with the host clock.
+//   StageTimes st = time_stages([&] { ...one fwd+bwd under StageScopes... }, reps, stream);
+//     the launch atlas (lt::launch_atlas()) of one call: per stage its launches per call and
+//     its median ms from CUDA events recorded on stage entry/exit (engine-independent: it
+//     installs a lt::set_stage_listener hook for the duration).
+//   PeakMeter m(allocator); ...work...; m.extra_peak_bytes()
+//     extra peak = allocator's allocated_bytes peak during the region minus the in-use
+//     bytes at its start (peak stats reset at the start; the device synchronised on both ends).
+//   Floors f{bytes, flops}; f.floor_ms(bw, rate)
+//     the larger of bytes / copy bandwidth and flops / arithmetic rate; achieved fraction =
+//     floor / measured.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lt::alloc {
+class CachingAllocator;
+}
+
+namespace lt::kbench {
+
+struct TimingOptions {
+  int warmup = 20;
+  int iters = 200;
+};
+
+struct Timing {
+  double median_ms = 0, p10_ms = 0, p90_ms = 0, mean_ms = 0, min_ms = 0;
+  int iters = 0;
+  nlohmann::json json() const;
+};
+Timing summarize(std::vector<double> ms);
+
+// Several regions timed per iteration: fn(i, mark) calls mark(k) after region k-1 has been
+// enqueued (mark(0) before the first region, mark(n) after the last); times[k] holds the
+// per-iteration times of region k (between mark(k) and mark(k+1)).
+struct MultiTiming {
+  std::vector<Timing> regions;  // regions.size() == number of marks - 1
+  Timing total;                 // mark(0) .. last mark
+};
+using MarkFn = std::function<void(int)>;
+MultiTiming time_regions(const std::function<void(int iter, const MarkFn& mark)>& fn, int nmarks,
+                         const TimingOptions& opt, void* stream, bool device);
+
+struct StageRow {
+  std::string stage;
+  double launches_per_call = 0;
+  double median_ms = 0;
+};
+// Runs fn() reps times with events recorded on every stage entry / exit on `stream`
+// (stages nest: the row of a parent includes its children). Rows sorted by stage name.
+std::vector<StageRow> time_stages(const std::function<void()>& fn, int reps, void* stream, bool device);
+std::string stage_table(const std::vector<StageRow>& rows);
+nlohmann::json stage_json(const std::vector<StageRow>& rows);
+
+class PeakMeter {
+ public:
+  PeakMeter(alloc::CachingAllocator& allocator, bool device);  // synchronises, resets peaks
+  int64_t extra_peak_bytes() const;      // synchronises; allocated peak - allocated at start
+  int64_t extra_reserved_bytes() const;  // reserved peak - reserved at start
+  int64_t start_allocated() const { return start_allocated_; }
+
+ private:
+  alloc::CachingAllocator& a_;
+  bool device_;
+  int64_t start_allocated_ = 0;
+  int64_t start_reserved_ = 0;
+};
+
+struct Floors {
+  double bytes = 0;  // must move through device memory (inputs once, outputs once)
+  double flops = 0;  // must be computed
+  double traffic_ms(double bytes_per_s) const { return bytes / bytes_per_s * 1e3; }
+  double flop_ms(double flops_per_s) const { return flops / flops_per_s * 1e3; }
+  double floor_ms(double bytes_per_s, double flops_per_s) const;
+};
+// Ceilings measured on the H200 (shared/TARGETS.md): copy bandwidth, bf16 GEMM rate;
+// fp32 SIMT rate is the datasheet figure (a lead, not measured here).
+inline constexpr double kH200CopyBytesPerS = 4.3e12;
+inline constexpr double kH200Bf16FlopsPerS = 790e12;
+inline constexpr double kH200Fp32FlopsPerS = 67e12;
+
+std::string device_description(bool device);
+std::string today_utc();  // YYYY-MM-DD
+std::string fmt_bytes(double b);
+void write_json(const std::string& path, const nlohmann::json& j);  // no-op for empty path
+
+}  // namespace lt::kbench

@@ -1,0 +1,210 @@
+// kbench kda: the KDA token mixer, forward + backward, through engine/mixers/kda.h.
+//
+//   kbench kda --B 8 --T 512 --H 12 --D 64 --dtype bf16 [--chunk 64] [--path fused|ops|naive]
+//              [--iters 200] [--warmup 20] [--sets 4] [--lower-bound LB] [--json FILE]
+//
+// Prints forward, backward and total medians (CUDA events, >= --iters iterations after
+// --warmup, rotating among --sets input sets so the inputs do not sit in L2), p10 / p90,
+// the launch atlas of one call (stage, launches, ms), the extra peak memory of one
+// forward + backward from the CUDA caching allocator (peak allocated during the call minus
+// allocated before it; outputs, saved state, scratch and gradients count, inputs and dO
+// do not), and the floors:
+//   bytes  = dtype bytes x (read q, k, v, f, b, dO once + write o, dq, dk, dv, df, db once)
+//   FLOPs  = 6 x (3 D^2 + 2.5 C D + C^2 / 6) per token and head (forward MACs of the chunk
+//            algorithm: W S, Q~ S, Kbar^T Delta; A_kk, A_qk, W, U, A_qk Delta; the solve;
+//            backward counted as 2x forward), over the bf16 tensor rate (bf16) or the fp32
+//            SIMT rate (fp32)
+// and the achieved fraction floor / measured.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "apps/kbench/bench_common.h"
+#include "apps/kbench/kbench.h"
+#include "engine/device.h"
+#include "engine/mixers/kda.h"
+#include "engine/ops.h"
+#include "kernels/launch.h"
+
+namespace lt::kbench {
+namespace {
+
+struct KdaBenchOptions {
+  int64_t B = 8, T = 512, H = 12;
+  int D = 64;
+  int chunk = 64;
+  std::string dtype = "bf16";
+  std::string path = "fused";
+  int iters = 200;
+  int warmup = 20;
+  int sets = 4;
+  double lower_bound = 0.0;  // 0: default gate
+  bool simt = false;         // fused: fp32 CUDA-core scan kernels instead of tensor cores
+  std::string json_path;
+};
+
+DType parse_bench_dtype(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
+  if (s == "fp64" || s == "f64") return DType::f64;
+  throw std::invalid_argument("kbench kda: --dtype must be bf16 or fp32, got '" + s + "'");
+}
+
+struct InputSet {
+  Tensor q, k, v, f, b, dO;
+};
+
+int run_kda_bench(const KdaBenchOptions& o) {
+  const DType dt = parse_bench_dtype(o.dtype);
+  const bool device = cuda_available();
+  const Device dev = device ? Device::cuda(0) : Device::cpu();
+  mixers::KdaConfig cfg;
+  cfg.chunk = o.chunk;
+  cfg.path = mixers::parse_kda_path(o.path);
+  cfg.tensor_cores = !o.simt;
+  if (o.lower_bound != 0.0) {
+    cfg.gate.use_lower_bound = true;
+    cfg.gate.lower_bound = static_cast<float>(o.lower_bound);
+  }
+  nlohmann::json j = {{"bench", "kda"}, {"B", o.B}, {"T", o.T}, {"H", o.H}, {"D", o.D},
+                      {"dtype", dtype_name(dt)}, {"chunk", o.chunk}, {"path", o.path},
+                      {"variant", o.simt ? "simt" : "tensor_cores"},
+                      {"date", today_utc()}, {"device", device_description(device)}};
+  if (!device && cfg.path != mixers::KdaPath::ops) {
+    std::printf("kbench kda: no CUDA device; the %s path runs on the GPU only in a benchmark "
+                "(its CPU twins are for tests). Nothing measured.\n", o.path.c_str());
+    j["skipped"] = "no CUDA device";
+    write_json(o.json_path, j);
+    return 0;
+  }
+  const int iters = device ? o.iters : std::min(o.iters, 3);
+  const int warmup = device ? o.warmup : std::min(o.warmup, 1);
+
+  // Inputs as fla's tests draw them: q, k, v, f, b, dO ~ N(0, 1); A_log = log U(1, 16);
+  // dt_bias = softplus^-1(dt), dt = exp(U(ln 1e-3, ln 0.1)).
+  const Shape s4{o.B, o.T, o.H, o.D}, s3{o.B, o.T, o.H};
+  const int64_t n4 = shape_numel(s4);
+  uint64_t off = 0;
+  auto randn = [&](const Shape& s) {
+    Tensor t = ops::randn(s, 20261129, off, dt, dev);
+    off += static_cast<uint64_t>(shape_numel(s));
+    return t;
+  };
+  std::vector<InputSet> sets;
+  for (int i = 0; i < std::max(1, o.sets); ++i)
+    sets.push_back({randn(s4), randn(s4), randn(s4), randn(s4), randn(s3), randn(s4)});
+  const Tensor A_log = ops::log(ops::add_scalar(ops::mul_scalar(ops::rand({o.H}, 7, 0, DType::f32, dev), 15.0), 1.0));
+  const double l1 = std::log(1e-3), l2 = std::log(0.1);
+  const Tensor dtv = ops::clamp(ops::exp(ops::add_scalar(ops::mul_scalar(ops::rand({o.H, o.D}, 8, 0, DType::f32, dev), l2 - l1), l1)), 1e-4, 1.0);
+  const Tensor dt_bias = ops::add(dtv, ops::log(ops::rsub_scalar(ops::exp(ops::neg(dtv)), 1.0)));
+  void* stream = device ? current_stream(dev).handle() : nullptr;
+
+  auto call = [&](int i, const MarkFn& mark) {
+    const InputSet& s = sets[static_cast<size_t>(i) % sets.size()];
+    mark(0);
+    mixers::KdaOutput out;
+    {
+      StageScope st("fwd/kda");
+      out = mixers::kda_forward({s.q, s.k, s.v, s.f, s.b, A_log, dt_bias, Tensor()}, cfg);
+    }
+    mark(1);
+    mixers::KdaGrads g;
+    {
+      StageScope st("bwd/kda");
+      g = mixers::kda_backward(std::move(out.saved), s.dO);
+    }
+    mark(2);
+  };
+
+  // extra peak memory of one forward + backward (after one warm call: the cache is warm)
+  call(0, [](int) {});
+  alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
+  int64_t extra_peak = 0, extra_reserved = 0;
+  {
+    PeakMeter m(A, device);
+    call(1, [](int) {});
+    extra_peak = m.extra_peak_bytes();
+    extra_reserved = m.extra_reserved_bytes();
+  }
+
+  TimingOptions topt;
+  topt.iters = iters;
+  topt.warmup = warmup;
+  const MultiTiming t = time_regions(call, 3, topt, stream, device);
+  const std::vector<StageRow> atlas = time_stages([&] { call(0, [](int) {}); }, device ? 20 : 1, stream, device);
+  double launches_fwd = 0, launches_bwd = 0;
+  for (auto& r : atlas) {
+    if (r.stage.rfind("fwd/", 0) == 0) launches_fwd += r.launches_per_call;
+    if (r.stage.rfind("bwd/", 0) == 0) launches_bwd += r.launches_per_call;
+  }
+
+  const double es = static_cast<double>(dtype_size(dt));
+  const double tokens = static_cast<double>(o.B * o.T * o.H);
+  Floors fl;
+  fl.bytes = es * (10.0 * static_cast<double>(n4) + 2.0 * tokens);
+  const double D = o.D, C = o.chunk;
+  fl.flops = 6.0 * tokens * (3.0 * D * D + 2.5 * C * D + C * C / 6.0);
+  const double rate = dt == DType::bf16 ? kH200Bf16FlopsPerS : kH200Fp32FlopsPerS;
+  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
+
+  std::printf("kbench kda  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  (%s, %s)\n", (long long)o.B,
+              (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
+              o.simt ? " (simt scans)" : "",
+              device_description(device).c_str(), today_utc().c_str());
+  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
+              "p10", "p90", iters, warmup, sets.size());
+  auto row = [](const char* name, const Timing& x) {
+    std::printf("  %-9s %10.4f %10.4f %10.4f\n", name, x.median_ms, x.p10_ms, x.p90_ms);
+  };
+  row("forward", t.regions[0]);
+  row("backward", t.regions[1]);
+  row("total", t.total);
+  std::printf("  launches: forward %.0f, backward %.0f, total %.0f\n", launches_fwd, launches_bwd,
+              launches_fwd + launches_bwd);
+  std::printf("%s", stage_table(atlas).c_str());
+  std::printf("  extra peak memory: %s allocated, %s reserved\n", fmt_bytes(static_cast<double>(extra_peak)).c_str(),
+              fmt_bytes(static_cast<double>(extra_reserved)).c_str());
+  std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
+              "floor %.4f ms; achieved %.1f%% of the floor\n",
+              fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12,
+              fl.flops / 1e9, fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms);
+
+  j["forward"] = t.regions[0].json();
+  j["backward"] = t.regions[1].json();
+  j["total"] = t.total.json();
+  j["launches"] = {{"forward", launches_fwd}, {"backward", launches_bwd}, {"total", launches_fwd + launches_bwd}};
+  j["atlas"] = stage_json(atlas);
+  j["extra_peak_bytes"] = extra_peak;
+  j["extra_reserved_bytes"] = extra_reserved;
+  j["floors"] = {{"bytes", fl.bytes}, {"flops", fl.flops}, {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
+                 {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms},
+                 {"achieved_fraction", floor_ms / t.total.median_ms}};
+  write_json(o.json_path, j);
+  return 0;
+}
+
+void setup_kda(CLI::App& sub, std::function<int()>& run) {
+  auto o = std::make_shared<KdaBenchOptions>();
+  sub.add_option("--B", o->B, "batch")->check(CLI::PositiveNumber);
+  sub.add_option("--T", o->T, "sequence length")->check(CLI::PositiveNumber);
+  sub.add_option("--H", o->H, "heads")->check(CLI::PositiveNumber);
+  sub.add_option("--D", o->D, "head dim (K = V = D; fused: 64 or 128)")->check(CLI::PositiveNumber);
+  sub.add_option("--dtype", o->dtype, "bf16 | fp32");
+  sub.add_option("--chunk", o->chunk, "chunk length (fused: 16, 32, 64)")->check(CLI::PositiveNumber);
+  sub.add_option("--path", o->path, "fused | ops | naive");
+  sub.add_option("--iters", o->iters, "timed iterations")->check(CLI::PositiveNumber);
+  sub.add_option("--warmup", o->warmup, "warm-up iterations");
+  sub.add_option("--sets", o->sets, "input sets rotated through (L2 defeat)")->check(CLI::PositiveNumber);
+  sub.add_option("--lower-bound", o->lower_bound, "fla's lower_bound gate (< 0); 0 = default gate");
+  sub.add_option("--json", o->json_path, "write the figures as JSON to FILE");
+  sub.add_flag("--simt", o->simt, "fused: fp32 CUDA-core variant of the scan kernels");
+  run = [o] { return run_kda_bench(*o); };
+}
+
+}  // namespace
+}  // namespace lt::kbench
+
+LT_KBENCH_COMMAND(kda, "KDA token mixer fwd+bwd: medians, launch atlas, extra peak memory, floors", lt::kbench::setup_kda);
