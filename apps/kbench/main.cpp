@@ -1,7 +1,10 @@
-// kbench main: one subcommand per benchmark (see kbench.h). Bad arguments exit 2.
+// kbench main: one subcommand per benchmark (see kbench.h).
+// Exit codes: 0 ok; 2 bad input (CLI parse errors, and std::invalid_argument thrown by a
+// subcommand's validation, whose message names the bad flag or value); 1 any other failure.
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 
 #include "apps/kbench/kbench.h"
 
@@ -32,6 +35,9 @@ int main(int argc, char** argv) {
   try {
     for (size_t i = 0; i < subs.size(); ++i)
       if (subs[i]->parsed() && runs[i]) return runs[i]();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "kbench: bad input: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kbench: error: %s\n", e.what());
     return 1;
