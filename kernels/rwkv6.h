@@ -35,6 +35,31 @@
 // gates, A, states and every accumulator fp32; outputs rounded once to the input dtype.
 // Gradient outputs are written (=), never accumulated; du is a deterministic sum of
 // per-chunk partials du_part [B, NT, H, D].
+//
+// Tensor-core variant (Variant::kTensorCore; the CUDA path for bf16 inputs at chunk 32 / 64;
+// docs/notes-rwkv6.md "Tensor-core version"). Same gates (fp32, exact chunk-local cumsum;
+// here Ge_r = Gi_{r-1}, Ge_0 = 0, the stored previous row), same block factorisation, but
+// every GEMM-shaped product runs on bf16 operands with fp32 accumulation (R(x) = x rounded
+// to bf16; inputs r, k, v, w, dO are bf16 already, so R is exact on them):
+//   A, off-diagonal block pair (i, j < i):  R(q~_i . m_ij) R(k~_j)^T     (m_ij folded into q~)
+//   A, diagonal block i:  R(q~_i) R(k^_i)^T, k^_s = k_s e^{gs_i - Gi_s} = k~_s / e^{W_i} (>= 1),
+//       used only in "safe" columns, W_i = ge_i - gs_i >= -kSafeRange; in the other columns
+//       k^ = 0 and the exact elementwise sum over those columns is added instead. So the
+//       diagonal blocks run on tensor cores for any gate and stay exact for any w <= 0.
+//   A V and A^T dO with R(scale A);  Q e^Ge h, dO h^T, V dh^T, K e^{g-Gi} dh with R(h), R(dh);
+//   dq' intra, block i, on R(dP) and R(k~) only: acc = Horner_j<i (R(dP_ij) R(k~_j), x e^{W_j}),
+//       then acc = sc acc + R(dP_ii) R(k~_i) with sc = e^{W_i} (safe columns) or 1; D = e^{-W_i} acc
+//       (safe) or acc - (the same diagonal product, elementwise) + the exact diagonal sum fb
+//       (unsafe); dq'_intra = e^{Ge - gs_i} D + fb. dk' intra mirrors it on R(dP)^T and R(q~)
+//       (Horner from the last block down), dk'_intra = e^{ge_j - Gi} D + fb.
+//   dw's x = q dq', y = k dk' cancel pairwise (dw_j keeps only the pairs straddling j), so
+//       their intra parts are built from the same rounded pair products: x_intra = R(q~) D_q +
+//       q fb_q, y_intra = R(k~) D_k + k fb_k (both = sum R(q~_r) m R(dP_rs) R(k~_s) e^{...});
+//       rounding q~ and k~ independently instead would cost 10x in dw (measured 1.4e-2).
+//   scans: S <- e^g S + R(K e^{g-Gi})^T V,  S' <- e^g S' + R(scale Q e^Ge)^T dO.
+// States, gates, dP's diagonal, the u terms, dgamma, dw and du stay fp32. In the two-kernel
+// fallback the intra kernel also finishes dw's intra part (only it has x_intra, y_intra) and
+// leaves it in dw (rounded to bf16); the inter kernel adds the rest.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +67,10 @@
 #include "kernels/dtype.h"
 
 namespace lt::rwkv6 {
+
+// Tensor-core variant: a diagonal block's column is "safe" when its total decay is at most
+// kSafeRange nats (e^{60} ~ 1.1e26: the >= 1 factors k^ and e^{-W} stay far inside bf16/fp32).
+constexpr float kSafeRange = 60.0f;
 
 struct Dims {
   int64_t B = 1, T = 1, H = 1, D = 64;
@@ -72,32 +101,36 @@ void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, 
 //          or chunk_bwd(kIntra) -> dq_tmp, dk_tmp fp32 -> chunk_bwd(kInter)   (fallback)
 //          -> du_reduce
 enum class BwdPart : int { kFused = 0, kIntra = 1, kInter = 2 };
+// kSimt: the fp32 algebra above (the CUDA path for fp32, and for bf16 at chunk 16).
+// kTensorCore: the bf16-operand algebra of the tensor-core kernels (top comment).
+enum class Variant : int { kSimt = 0, kTensorCore = 1 };
 
 template <class F>
-void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht);
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
+                      Variant var = Variant::kSimt);
 template <class F>
 void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
-                       const F* dht, F* dh, F* dh0);
+                       const F* dht, F* dh, F* dh0, Variant var = Variant::kSimt);
 template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, F* o);
+                  const F* u, const F* h, F* o, Variant var = Variant::kSimt);
 // kFused: writes dr, dk, dv, dw, du_part.  kIntra: writes only the intra-chunk parts of
-// dq', dk' to dq_tmp, dk_tmp.  kInter: reads dq_tmp, dk_tmp, writes dr, dk, dv, dw, du_part.
+// dq', dk' to dq_tmp, dk_tmp (tensor-core variant: and dw's intra part to dw).  kInter: reads dq_tmp, dk_tmp, writes dr, dk, dv, dw, du_part.
 template <class F>
 void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
                const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
-               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part);
+               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var = Variant::kSimt);
 template <class F>
 void du_reduce(const Dims& d, const F* du_part, F* du);
 
 // Convenience: the whole chunked forward / backward through the twins (scratch inside).
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                       const F* u, const F* h0, F* o, F* ht);
+                       const F* u, const F* h0, F* o, F* ht, Variant var = Variant::kSimt);
 template <class F>
 void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
                         const F* w, const F* u, const F* h0, const F* dout, const F* dht,
-                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0);
+                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var = Variant::kSimt);
 
 // ---------------------------------------------------------------------------------------
 // 3. CUDA (kernels/cuda/rwkv6.cu). Raw device pointers; every buffer below comes from the
@@ -138,6 +171,11 @@ struct CudaArgs {
   float* dq_tmp = nullptr;     // [B,T,H,D] fallback only: intra dq'
   float* dk_tmp = nullptr;     // [B,T,H,D] fallback only: intra dk'
 };
+
+// Which kernels run: the tensor-core kernels (Variant::kTensorCore) for bf16 at chunk 32 or
+// 64, the SIMT fp32 kernels otherwise (fp32 inputs: the exact path; bf16 at chunk 16).
+// The environment variable LT_RWKV6_KERNELS=simt forces the SIMT kernels for bf16 too.
+bool cuda_uses_tensor_cores(const Dims& d, DType dtype);
 
 // Scratch bytes: forward needs h; backward needs h, dh, du_part (+ dq_tmp, dk_tmp for the
 // fallback).

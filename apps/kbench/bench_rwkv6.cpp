@@ -14,8 +14,9 @@
 //   FLOPs = 6 x (2 D^2 + C D) per token and head: forward MACs of the chunk algorithm
 //           (state update K'^T V and inter output (Q e^Ge) S: D^2 each; A and A V: C D / 2
 //           each), backward counted as 2x forward; over the bf16 tensor rate (bf16) or the
-//           fp32 SIMT rate (fp32); the fp32 SIMT floor is printed too (today's kernels are SIMT)
-// and the achieved fraction floor / measured.
+//           fp32 SIMT rate (fp32); the fp32 SIMT floor is printed too (the fp32 path and bf16
+//           at chunk 16 run SIMT kernels; bf16 at chunk 32 / 64 the tensor-core kernels)
+// and the achieved fraction floor / measured. LT_RWKV6_KERNELS=simt forces the SIMT kernels.
 // Inputs as fla's tests draw them: r, k, v, dO ~ N(0, 1), w = logsigmoid(N(0, 1)),
 // u ~ N(0, 1) (fp32), no initial state; scale 1 as in the fla model (--scale to change).
 #include <cmath>
@@ -31,6 +32,7 @@
 #include "engine/mixers/rwkv6.h"
 #include "engine/ops.h"
 #include "kernels/launch.h"
+#include "kernels/rwkv6.h"
 
 namespace lt::kbench {
 namespace {
@@ -157,9 +159,17 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
   const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
   const double simt_floor_ms = fl.floor_ms(kH200CopyBytesPerS, kH200Fp32FlopsPerS);
 
-  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  scale %g  (%s, %s)\n",
+#if LINTRAIN_WITH_CUDA
+  const bool tc = device && rwkv6::cuda_uses_tensor_cores(rwkv6::Dims{o.B, o.T, o.H, o.D, o.chunk}, dt);
+#else
+  const bool tc = false;
+#endif
+  const char* kernels = opt.path == mixers::Rwkv6Path::ops ? "engine ops" : tc ? "tensor-core" : "SIMT";
+  j["kernels"] = kernels;
+  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  %s kernels  scale %g  (%s, %s)\n",
               (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
-              o.keep_states ? " (states kept)" : "", o.scale, device_description(device).c_str(), today_utc().c_str());
+              o.keep_states ? " (states kept)" : "", kernels, o.scale, device_description(device).c_str(),
+              today_utc().c_str());
   std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
               "p10", "p90", iters, warmup, sets.size());
   auto row = [](const char* name, const Timing& x) {

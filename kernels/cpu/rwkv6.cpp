@@ -5,6 +5,8 @@
 // the diagonal blocks) so a mistake in that algebra shows up here, on the CPU, first.
 #include "kernels/rwkv6.h"
 
+#include "kernels/half.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -41,26 +43,34 @@ struct ChunkGates {
   std::vector<F> gamma;          // [D]
   std::vector<F> gs, gend, eW;   // [NB, D]: block start reference, block end, e^{block decay}
 
-  ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n)
+  // Tensor-core variant only: invW = e^{gs - gend} (= 1 / eW) in safe columns, 0 in columns
+  // whose block decay exceeds kSafeRange (there the diagonal block is summed elementwise).
+  std::vector<F> invW;           // [NB, D]
+
+  ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n, Variant var = Variant::kSimt)
       : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock),
-        w(C * D, F(0)), gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D) {
+        w(C * D, F(0)), gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
+    const bool tc = var == Variant::kTensorCore;
     for (int64_t r = 0; r < L; ++r)
       for (int64_t i = 0; i < D; ++i) w[r * D + i] = wp[tok(d, b, n * C + r, h, i)];
     for (int64_t i = 0; i < D; ++i) {
       F g = 0;
       for (int64_t r = 0; r < C; ++r) {  // sequential fp32 (or f64) cumsum, chunk-local
+        const F prev = g;
         g += w[r * D + i];
         gi[r * D + i] = g;
-        ge[r * D + i] = g - w[r * D + i];
+        ge[r * D + i] = tc ? prev : g - w[r * D + i];
       }
       gamma[i] = g;
       for (int64_t blk = 0; blk < NB; ++blk) {
         gs[blk * D + i] = blk == 0 ? F(0) : gi[(blk * kBlock - 1) * D + i];
         gend[blk * D + i] = gi[(blk * kBlock + kBlock - 1) * D + i];
         eW[blk * D + i] = std::exp(gend[blk * D + i] - gs[blk * D + i]);
+        invW[blk * D + i] = safe(blk, i) ? std::exp(gs[blk * D + i] - gend[blk * D + i]) : F(0);
       }
     }
   }
+  bool safe(int64_t blk, int64_t c) const { return gend[blk * D + c] - gs[blk * D + c] >= -F(kSafeRange); }
   // m_ij = prod_{j<b<i} e^{W_b} (1 for j = i-1).
   F m(int64_t i, int64_t j, int64_t c) const {
     F p = 1;
@@ -75,6 +85,13 @@ void load_tile(const Dims& d, const F* x, int64_t b, int64_t h, int64_t n, int64
   out.assign(C * D, F(0));
   for (int64_t r = 0; r < L; ++r)
     for (int64_t i = 0; i < D; ++i) out[r * D + i] = x[tok(d, b, n * C + r, h, i)];
+}
+
+// R(x): x rounded to bf16 (round to nearest even, through fp32), as the tensor-core kernels
+// round their MMA operands.
+template <class F>
+inline F rb16(F x) {
+  return static_cast<F>(static_cast<float>(bfloat16(static_cast<float>(x))));
 }
 
 }  // namespace
@@ -177,20 +194,25 @@ void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, 
 // =======================================================================================
 // 2. CPU twins of the CUDA stages
 template <class F>
-void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht) {
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
+                      Variant var) {
   check_dims(d);
+  const bool tc = var == Variant::kTensorCore;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> S(D * D), kd, vt;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh) {
       for (int64_t i = 0; i < D * D; ++i) S[i] = h0 ? h0[(b * d.H + hh) * D * D + i] : F(0);
       for (int64_t n = 0; n < NT; ++n) {
-        ChunkGates<F> g(d, w, b, hh, n);
+        ChunkGates<F> g(d, w, b, hh, n, var);
         std::copy(S.begin(), S.end(), h + st(d, b, hh, n));
         load_tile(d, k, b, hh, n, g.L, kd);
         load_tile(d, v, b, hh, n, g.L, vt);
         for (int64_t r = 0; r < C; ++r)  // k . e^{gamma - Gi}  (<= 1 factors)
-          for (int64_t i = 0; i < D; ++i) kd[r * D + i] *= std::exp(g.gamma[i] - g.gi[r * D + i]);
+          for (int64_t i = 0; i < D; ++i) {
+            kd[r * D + i] *= std::exp(g.gamma[i] - g.gi[r * D + i]);
+            if (tc) kd[r * D + i] = rb16(kd[r * D + i]), vt[r * D + i] = rb16(vt[r * D + i]);
+          }
         for (int64_t i = 0; i < D; ++i) {
           const F decay = std::exp(g.gamma[i]);
           for (int64_t j = 0; j < D; ++j) {
@@ -206,20 +228,24 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
 
 template <class F>
 void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
-                       const F* dht, F* dh, F* dh0) {
+                       const F* dht, F* dh, F* dh0, Variant var) {
   check_dims(d);
+  const bool tc = var == Variant::kTensorCore;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> S(D * D), qe, dot;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh) {
       for (int64_t i = 0; i < D * D; ++i) S[i] = dht ? dht[(b * d.H + hh) * D * D + i] : F(0);
       for (int64_t n = NT - 1; n >= 0; --n) {
-        ChunkGates<F> g(d, w, b, hh, n);
+        ChunkGates<F> g(d, w, b, hh, n, var);
         std::copy(S.begin(), S.end(), dh + st(d, b, hh, n));
         load_tile(d, r, b, hh, n, g.L, qe);
         load_tile(d, dout, b, hh, n, g.L, dot);
         for (int64_t rr = 0; rr < C; ++rr)
-          for (int64_t i = 0; i < D; ++i) qe[rr * D + i] *= scale * std::exp(g.ge[rr * D + i]);
+          for (int64_t i = 0; i < D; ++i) {
+            qe[rr * D + i] *= scale * std::exp(g.ge[rr * D + i]);
+            if (tc) qe[rr * D + i] = rb16(qe[rr * D + i]), dot[rr * D + i] = rb16(dot[rr * D + i]);
+          }
         for (int64_t i = 0; i < D; ++i) {
           const F decay = std::exp(g.gamma[i]);
           for (int64_t j = 0; j < D; ++j) {
@@ -264,10 +290,263 @@ void chunk_attention(const ChunkGates<F>& g, F scale, const std::vector<F>& q, c
 }
 }  // namespace
 
+namespace {
+// ---------------------------------------------------------------------------------------
+// Tensor-core variant (kernels/rwkv6.h, "Tensor-core variant"): the algebra of the bf16
+// tensor-core kernels with their rounding points, accumulation in F.
+template <class F>
+struct TcOperands {
+  std::vector<F> qraw;        // q~ = q e^{Ge - gs_i} before rounding (folded operands start here)
+  std::vector<F> qt, kt;      // R(q~), R(k~ = k e^{gend_j - Gi})
+  std::vector<F> kh;          // R(k^ = k~ / e^{W}) in safe columns, 0 in the others (A's diagonal blocks)
+  TcOperands(const ChunkGates<F>& g, const std::vector<F>& q, const std::vector<F>& k)
+      : qraw(g.C * g.D), qt(g.C * g.D), kt(g.C * g.D), kh(g.C * g.D) {
+    const int64_t D = g.D;
+    for (int64_t r = 0; r < g.C; ++r)
+      for (int64_t i = 0; i < D; ++i) {
+        const int64_t blk = r / kBlock, o = r * D + i;
+        const F qx = q[o] * std::exp(g.ge[o] - g.gs[blk * D + i]);
+        const F kx = k[o] * std::exp(g.gend[blk * D + i] - g.gi[o]);
+        qraw[o] = qx;
+        qt[o] = rb16(qx);
+        kt[o] = rb16(kx);
+        kh[o] = rb16(kx * g.invW[blk * D + i]);
+      }
+  }
+};
+
+// R(scale A) with the u bonus on the diagonal, zero above it (C x C).
+template <class F>
+void chunk_attention_tc(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k,
+                        const F* u, const TcOperands<F>& op, std::vector<F>& A) {
+  const int64_t C = g.C, D = g.D;
+  A.assign(C * C, F(0));
+  for (int64_t r = 0; r < C; ++r)
+    for (int64_t s = 0; s <= r; ++s) {
+      const int64_t bi = r / kBlock, bj = s / kBlock;
+      F acc = 0;
+      if (s == r) {
+        for (int64_t i = 0; i < D; ++i) acc += q[r * D + i] * u[i] * k[r * D + i];
+      } else if (bi == bj) {
+        for (int64_t i = 0; i < D; ++i) {
+          if (g.safe(bi, i)) acc += op.qt[r * D + i] * op.kh[s * D + i];
+          else acc += q[r * D + i] * k[s * D + i] * std::exp(g.ge[r * D + i] - g.gi[s * D + i]);
+        }
+      } else {
+        for (int64_t i = 0; i < D; ++i) acc += rb16(op.qraw[r * D + i] * g.m(bi, bj, i)) * op.kt[s * D + i];
+      }
+      A[r * C + s] = rb16(scale * acc);
+    }
+}
+
+template <class F>
+void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+                     const F* h, F* o) {
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  std::vector<F> q, kk, vv, A, Sr(D * D);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh)
+      for (int64_t n = 0; n < NT; ++n) {
+        ChunkGates<F> g(d, w, b, hh, n, Variant::kTensorCore);
+        load_tile(d, r, b, hh, n, g.L, q);
+        load_tile(d, k, b, hh, n, g.L, kk);
+        load_tile(d, v, b, hh, n, g.L, vv);
+        for (auto* x : {&q, &kk, &vv})
+          for (auto& e : *x) e = rb16(e);
+        TcOperands<F> op(g, q, kk);
+        chunk_attention_tc(g, scale, q, kk, u + hh * D, op, A);
+        const F* S = h + st(d, b, hh, n);
+        for (int64_t i = 0; i < D * D; ++i) Sr[i] = rb16(S[i]);
+        for (int64_t rr = 0; rr < g.L; ++rr)
+          for (int64_t j = 0; j < D; ++j) {
+            F inter = 0, intra = 0;
+            for (int64_t i = 0; i < D; ++i) inter += rb16(q[rr * D + i] * std::exp(g.ge[rr * D + i])) * Sr[i * D + j];
+            for (int64_t s = 0; s <= rr; ++s) intra += A[rr * C + s] * vv[s * D + j];
+            o[tok(d, b, n * C + rr, hh, j)] = scale * inter + intra;
+          }
+      }
+}
+
+template <class F>
+void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v, const F* w,
+                  const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv,
+                  F* dw, F* du_part) {
+  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const bool intra = part != BwdPart::kInter;
+  std::vector<F> q, kk, vv, dO, A, dP(C * C), P(C * C), Sr(D * D), Spr(D * D);
+  std::vector<F> dqI(C * D), dkI(C * D), xI(C * D), yI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D),
+      dg(D);
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t hh = 0; hh < d.H; ++hh)
+      for (int64_t n = 0; n < NT; ++n) {
+        ChunkGates<F> g(d, w, b, hh, n, Variant::kTensorCore);
+        const int64_t L = g.L, NB = g.NB;
+        load_tile(d, r, b, hh, n, L, q);
+        load_tile(d, k, b, hh, n, L, kk);
+        load_tile(d, v, b, hh, n, L, vv);
+        load_tile(d, dout, b, hh, n, L, dO);
+        for (auto* x : {&q, &kk, &vv, &dO})
+          for (auto& e : *x) e = rb16(e);
+        const F* uh = u + hh * D;
+        // dP = scale (dO V^T) . M_<= in fp32; its strictly lower part rounded is the MMA operand P.
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t s = 0; s < C; ++s) {
+            F acc = 0;
+            if (s <= rr)
+              for (int64_t j = 0; j < D; ++j) acc += dO[rr * D + j] * vv[s * D + j];
+            dP[rr * C + s] = scale * acc;
+            P[rr * C + s] = s < rr ? rb16(dP[rr * C + s]) : F(0);
+          }
+        TcOperands<F> op(g, q, kk);
+        if (intra) {
+          // dq' intra, block bi: Horner over column blocks jb < bi on R(k~); the diagonal block
+          // on R(k~) too, after scaling the accumulator by sc = e^{W_bi} (safe columns; 1 in
+          // unsafe ones): acc = sc Off + Dg. Safe: D = e^{-W} acc = Off + e^{-W} Dg; unsafe:
+          // D = acc - Dg (Dg recomputed elementwise) and the exact diagonal sum fb is added.
+          // dq'_intra = e^{Ge - gs} D + fb; x_intra = R(q~) D + q fb (dw's x, consistent with y).
+          for (int64_t rr = 0; rr < C; ++rr) {
+            const int64_t bi = rr / kBlock;
+            for (int64_t i = 0; i < D; ++i) {
+              const bool safe = g.safe(bi, i);
+              F R = 0;
+              for (int64_t jb = 0; jb < bi; ++jb) {
+                if (jb > 0) R *= g.eW[jb * D + i];
+                for (int64_t s = jb * kBlock; s < (jb + 1) * kBlock; ++s) R += P[rr * C + s] * op.kt[s * D + i];
+              }
+              if (bi > 0 && safe) R *= g.eW[bi * D + i];
+              F dg = 0;
+              for (int64_t s = bi * kBlock; s < (bi + 1) * kBlock; ++s) dg += P[rr * C + s] * op.kt[s * D + i];
+              R += dg;
+              F Dq = 0, fb = 0;
+              if (safe) {
+                Dq = g.invW[bi * D + i] * R;
+              } else {
+                Dq = R - dg;
+                for (int64_t s = bi * kBlock; s < rr; ++s)
+                  fb += P[rr * C + s] * kk[s * D + i] * std::exp(g.ge[rr * D + i] - g.gi[s * D + i]);
+              }
+              dqI[rr * D + i] = std::exp(g.ge[rr * D + i] - g.gs[bi * D + i]) * Dq + fb;
+              xI[rr * D + i] = op.qt[rr * D + i] * Dq + q[rr * D + i] * fb;
+            }
+          }
+          // dk' intra, block bj: Horner over row blocks ib > bj (from the last) on R(q~), then
+          // the diagonal block the same way. dk'_intra = e^{ge - Gi} D + fb; y_intra = R(k~) D + k fb.
+          for (int64_t s = 0; s < C; ++s) {
+            const int64_t bj = s / kBlock;
+            for (int64_t i = 0; i < D; ++i) {
+              const bool safe = g.safe(bj, i);
+              F Q = 0;
+              for (int64_t ib = NB - 1; ib > bj; --ib) {
+                Q *= g.eW[ib * D + i];
+                for (int64_t rr = ib * kBlock; rr < (ib + 1) * kBlock; ++rr) Q += P[rr * C + s] * op.qt[rr * D + i];
+              }
+              if (bj < NB - 1 && safe) Q *= g.eW[bj * D + i];
+              F dg = 0;
+              for (int64_t rr = bj * kBlock; rr < (bj + 1) * kBlock; ++rr) dg += P[rr * C + s] * op.qt[rr * D + i];
+              Q += dg;
+              F Dk = 0, fb = 0;
+              if (safe) {
+                Dk = g.invW[bj * D + i] * Q;
+              } else {
+                Dk = Q - dg;
+                for (int64_t rr = s + 1; rr < (bj + 1) * kBlock; ++rr)
+                  fb += P[rr * C + s] * q[rr * D + i] * std::exp(g.ge[rr * D + i] - g.gi[s * D + i]);
+              }
+              dkI[s * D + i] = std::exp(g.gend[bj * D + i] - g.gi[s * D + i]) * Dk + fb;
+              yI[s * D + i] = op.kt[s * D + i] * Dk + kk[s * D + i] * fb;
+            }
+          }
+          if (part == BwdPart::kIntra) {
+            // The fallback's intra kernel also finishes dw's intra part (the consistent x, y
+            // exist only here) and leaves it in dw, rounded to the output dtype (bf16).
+            for (int64_t i = 0; i < D; ++i) {
+              F sq = 0, sk = 0;
+              for (int64_t j = C - 1; j >= 0; --j) {
+                sk += yI[j * D + i];
+                if (j < L) dw[tok(d, b, n * C + j, hh, i)] = rb16(sq - sk);
+                sq += xI[j * D + i];
+              }
+            }
+            for (int64_t rr = 0; rr < L; ++rr)
+              for (int64_t i = 0; i < D; ++i) {
+                dq_tmp[tok(d, b, n * C + rr, hh, i)] = dqI[rr * D + i];
+                dk_tmp[tok(d, b, n * C + rr, hh, i)] = dkI[rr * D + i];
+              }
+            continue;
+          }
+        } else {
+          for (int64_t rr = 0; rr < C; ++rr)
+            for (int64_t i = 0; i < D; ++i) {
+              const bool ok = rr < L;
+              dqI[rr * D + i] = ok ? dq_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
+              dkI[rr * D + i] = ok ? dk_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
+              xI[rr * D + i] = yI[rr * D + i] = 0;  // dw's intra part is in dw already
+            }
+        }
+        chunk_attention_tc(g, scale, q, kk, uh, op, A);
+        const F* S = h + st(d, b, hh, n);
+        const F* Sp = dh + st(d, b, hh, n);
+        for (int64_t i = 0; i < D * D; ++i) Sr[i] = rb16(S[i]), Spr[i] = rb16(Sp[i]);
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            F a1 = 0, a2 = 0;
+            for (int64_t j = 0; j < D; ++j) {
+              a1 += dO[rr * D + j] * Sr[i * D + j];
+              a2 += vv[rr * D + j] * Spr[i * D + j];
+            }
+            dqS[rr * D + i] = a1;
+            dkS[rr * D + i] = a2;
+          }
+        for (int64_t s = 0; s < L; ++s)
+          for (int64_t j = 0; j < D; ++j) {
+            F acc = 0;
+            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dO[rr * D + j];
+            for (int64_t i = 0; i < D; ++i)
+              acc += rb16(kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i])) * Spr[i * D + j];
+            dv[tok(d, b, n * C + s, hh, j)] = acc;
+          }
+        for (int64_t i = 0; i < D; ++i) {
+          F acc = 0;
+          for (int64_t j = 0; j < D; ++j) acc += S[i * D + j] * Sp[i * D + j];
+          F acc2 = 0;
+          for (int64_t s = 0; s < C; ++s) acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
+          dg[i] = std::exp(g.gamma[i]) * acc + acc2;
+        }
+        for (int64_t rr = 0; rr < C; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            dq[rr * D + i] = scale * dqS[rr * D + i] * std::exp(g.ge[rr * D + i]) + dqI[rr * D + i];
+            dkk[rr * D + i] = dkS[rr * D + i] * std::exp(g.gamma[i] - g.gi[rr * D + i]) + dkI[rr * D + i];
+          }
+        for (int64_t i = 0; i < D; ++i) {
+          // dw_j = sum_{r>j} x_r - sum_{r>=j} y_r + dgamma with x = q dq'_inter + x_intra,
+          // y = k dk'_inter + y_intra (+ the intra part left in dw by the fallback's intra kernel).
+          F sq = 0, sk = 0, dus = 0;
+          for (int64_t j = C - 1; j >= 0; --j) {
+            sk += kk[j * D + i] * dkS[j * D + i] * std::exp(g.gamma[i] - g.gi[j * D + i]) + yI[j * D + i];
+            if (j < L) {
+              F& out = dw[tok(d, b, n * C + j, hh, i)];
+              out = sq - sk + dg[i] + (intra ? F(0) : out);
+            }
+            sq += q[j * D + i] * scale * dqS[j * D + i] * std::exp(g.ge[j * D + i]) + xI[j * D + i];
+          }
+          for (int64_t j = 0; j < C; ++j) dus += dP[j * C + j] * q[j * D + i] * kk[j * D + i];
+          du_part[((b * NT + n) * d.H + hh) * D + i] = dus;
+        }
+        for (int64_t rr = 0; rr < L; ++rr)
+          for (int64_t i = 0; i < D; ++i) {
+            const F pd = dP[rr * C + rr];
+            dr[tok(d, b, n * C + rr, hh, i)] = dq[rr * D + i] + pd * uh[i] * kk[rr * D + i];
+            dk[tok(d, b, n * C + rr, hh, i)] = dkk[rr * D + i] + pd * uh[i] * q[rr * D + i];
+          }
+      }
+}
+}  // namespace
+
 template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, F* o) {
+                  const F* u, const F* h, F* o, Variant var) {
   check_dims(d);
+  if (var == Variant::kTensorCore) return chunk_output_tc(d, scale, r, k, v, w, u, h, o);
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> q, kk, vv, A;
   for (int64_t b = 0; b < d.B; ++b)
@@ -292,8 +571,10 @@ void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, co
 template <class F>
 void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
                const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
-               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part) {
+               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var) {
   check_dims(d);
+  if (var == Variant::kTensorCore)
+    return chunk_bwd_tc(d, part, scale, r, k, v, w, u, h, dh, dout, dq_tmp, dk_tmp, dr, dk, dv, dw, du_part);
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   const bool intra = part != BwdPart::kInter, inter = part != BwdPart::kIntra;
   std::vector<F> q, kk, vv, dO, A, dP(C * C), qt(C * D), kt(C * D);
@@ -441,28 +722,28 @@ void du_reduce(const Dims& d, const F* du_part, F* du) {
 
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                       const F* u, const F* h0, F* o, F* ht) {
+                       const F* u, const F* h0, F* o, F* ht, Variant var) {
   std::vector<F> h(d.states_numel());
-  chunk_state_scan(d, k, v, w, h0, h.data(), ht);
-  chunk_output(d, scale, r, k, v, w, u, h.data(), o);
+  chunk_state_scan(d, k, v, w, h0, h.data(), ht, var);
+  chunk_output(d, scale, r, k, v, w, u, h.data(), o, var);
 }
 
 template <class F>
 void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
                         const F* w, const F* u, const F* h0, const F* dout, const F* dht,
-                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0) {
+                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var) {
   std::vector<F> h(d.states_numel()), dh(d.states_numel()), dup(d.du_part_numel());
-  chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr);
-  chunk_dstate_scan(d, scale, r, w, dout, dht, dh.data(), dh0);
+  chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var);
+  chunk_dstate_scan(d, scale, r, w, dout, dht, dh.data(), dh0, var);
   if (fused) {
     chunk_bwd<F>(d, BwdPart::kFused, scale, r, k, v, w, u, h.data(), dh.data(), dout, nullptr, nullptr,
-                 dr, dk, dv, dw, dup.data());
+                 dr, dk, dv, dw, dup.data(), var);
   } else {
     std::vector<F> dqt(d.tokens_numel()), dkt(d.tokens_numel());
     chunk_bwd<F>(d, BwdPart::kIntra, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
-                 nullptr, nullptr, nullptr, nullptr, nullptr);
+                 nullptr, nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
     chunk_bwd<F>(d, BwdPart::kInter, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
-                 dr, dk, dv, dw, dup.data());
+                 dr, dk, dv, dw, dup.data(), var);
   }
   du_reduce(d, dup.data(), du);
 }
@@ -472,17 +753,20 @@ void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F*
                                  const F*, F*, F*);                                                    \
   template void naive_backward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,  \
                                   const F*, const F*, const F*, F*, F*, F*, F*, F*, F*);               \
-  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*);     \
-  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*); \
+  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant); \
+  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*,       \
+                                     Variant);                                                         \
   template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,    \
-                                const F*, F*);                                                         \
+                                const F*, F*, Variant);                                                \
   template void chunk_bwd<F>(const Dims&, BwdPart, F, const F*, const F*, const F*, const F*,         \
-                             const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*);      \
+                             const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*,       \
+                             Variant);                                                                 \
   template void du_reduce<F>(const Dims&, const F*, F*);                                              \
   template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*,          \
-                                     const F*, const F*, F*, F*);                                      \
+                                     const F*, const F*, F*, F*, Variant);                             \
   template void chunk_backward_cpu<F>(const Dims&, bool, F, const F*, const F*, const F*, const F*,   \
-                                      const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*);
+                                      const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, \
+                                      Variant);
 
 LT_RWKV6_INSTANTIATE(float)
 LT_RWKV6_INSTANTIATE(double)

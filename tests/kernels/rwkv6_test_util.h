@@ -12,7 +12,11 @@
 
 namespace lt::rwkv6::test {
 
-enum class GateKind { kLogSigmoid, kNegExp };
+// kLogSigmoid: w = logsigmoid(z) (fla's tests); kNegExp: w = -exp(z) clamped at -20 (RWKV6's
+// own parametrisation); kStrong: w = -exp(z + 1.5) clamped at -20, mean ~7 nats per row, so
+// most 16-row blocks decay by more than kSafeRange (the tensor-core variant's elementwise
+// columns) and some do not.
+enum class GateKind { kLogSigmoid, kNegExp, kStrong };
 
 // Inputs of one problem, in double (the reference precision). For bf16 runs the token
 // inputs are rounded to bf16 values first (round_to_bf16), so every implementation sees
@@ -39,7 +43,8 @@ struct Problem {
     for (auto& e : w) {
       const double z = nd(rng);
       if (gate == GateKind::kLogSigmoid) e = -std::log1p(std::exp(-z));  // logsigmoid(z)
-      else e = std::max(-std::exp(z), -20.0);                             // -exp(z), clamped
+      else if (gate == GateKind::kNegExp) e = std::max(-std::exp(z), -20.0);  // -exp(z), clamped
+      else e = std::max(-std::exp(z + 1.5), -20.0);
     }
     fill(u, d.H * d.D, 1.0);
     if (with_h0) fill(h0, d.state_numel(), 1.0);
@@ -64,6 +69,10 @@ struct Grads {
       : o(d.tokens_numel()), ht(d.state_numel()), dr(d.tokens_numel()), dk(d.tokens_numel()),
         dv(d.tokens_numel()), dw(d.tokens_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
 };
+
+inline const char* gate_name(GateKind g) {
+  return g == GateKind::kLogSigmoid ? "logsig" : g == GateKind::kNegExp ? "-exp" : "strong";
+}
 
 inline Grads naive_reference(const Problem& p) {
   Grads g(p.d);

@@ -105,9 +105,10 @@ void run_case(const Case& c, uint64_t seed) {
   CHECK(lt::total_launches() == 2);
   const double eo = rel_err(download(o, ntok, c.dtype), ref.o);
   const double eht = rel_err(download(ht, d.state_numel(), lt::DType::f32), ref.ht);
-  std::printf("rwkv6 cuda %s B%lld T%lld H%lld D%lld C%lld %s h0 %d dht %d | fwd o %.2e ht %.2e\n", bf ? "bf16" : "fp32",
-              (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk,
-              c.gate == GateKind::kLogSigmoid ? "logsig" : "-exp", c.h0, c.dht, eo, eht);
+  std::printf("rwkv6 cuda %s %s B%lld T%lld H%lld D%lld C%lld %s h0 %d dht %d | fwd o %.2e ht %.2e\n",
+              bf ? "bf16" : "fp32", cuda_uses_tensor_cores(d, c.dtype) ? "tc  " : "simt", (long long)d.B,
+              (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk, gate_name(c.gate), c.h0, c.dht,
+              eo, eht);
   CHECK(eo < tol);
   CHECK(eht < tol);
   worst_seen[bf][0] = std::max(worst_seen[bf][0], eo);
@@ -157,7 +158,13 @@ TEST_CASE("rwkv6 CUDA fused and fallback match the f64 naive recurrence", "[rwkv
       {{2, 100, 2, 64, 64}, lt::DType::bf16, GateKind::kLogSigmoid, true, true},
       {{1, 70, 2, 128, 64}, lt::DType::bf16, GateKind::kLogSigmoid, true, true},
       {{1, 50, 1, 256, 32}, lt::DType::bf16, GateKind::kNegExp, false, true},
-      {{1, 33, 2, 64, 16}, lt::DType::bf16, GateKind::kNegExp, true, true},
+      {{1, 33, 2, 64, 16}, lt::DType::bf16, GateKind::kNegExp, true, true},        // SIMT (chunk 16)
+      // tensor-core kernels: strong decays (most diagonal-block columns unsafe), exact chunks,
+      // chunk 32 at D128, no initial state
+      {{1, 90, 2, 64, 64}, lt::DType::bf16, GateKind::kStrong, true, true},
+      {{1, 130, 1, 128, 32}, lt::DType::bf16, GateKind::kStrong, true, false},
+      {{2, 128, 1, 256, 64}, lt::DType::bf16, GateKind::kNegExp, false, true},
+      {{2, 75, 2, 64, 32}, lt::DType::bf16, GateKind::kLogSigmoid, false, false},
   };
   uint64_t seed = 2024;
   for (const auto& c : cases) run_case(c, seed++);
@@ -217,7 +224,8 @@ TEST_CASE("rwkv6 CUDA Tensor API: ops, fused, fallback, autotune vs naive and vs
   struct ApiCase { Dims d; lt::DType dt; };
   const ApiCase cases[] = {{{2, 100, 2, 64, 64}, lt::DType::f32},
                            {{1, 75, 2, 128, 32}, lt::DType::f32},
-                           {{2, 90, 2, 64, 16}, lt::DType::bf16}};
+                           {{2, 90, 2, 64, 16}, lt::DType::bf16},
+                           {{2, 90, 2, 64, 64}, lt::DType::bf16}};  // tensor-core kernels
   uint64_t seed = 555;
   for (const auto& c : cases) {
     const bool bf = c.dt == lt::DType::bf16;
@@ -249,9 +257,14 @@ TEST_CASE("rwkv6 CUDA Tensor API: ops, fused, fallback, autotune vs naive and vs
 
 TEST_CASE("rwkv6 CUDA: the fused backward's peak allocation is below the fallback's by two fp32 [B,T,H,D]",
           "[rwkv6][cuda][alloc]") {
-  for (const Dims& d : {Dims{2, 256, 4, 128, 64}, Dims{1, 300, 2, 256, 32}, Dims{2, 512, 4, 64, 16}}) {
+  struct AllocCase { Dims d; lt::DType dt; };
+  for (const AllocCase& ac : {AllocCase{{2, 256, 4, 128, 64}, lt::DType::f32}, AllocCase{{1, 300, 2, 256, 32}, lt::DType::f32},
+                              AllocCase{{2, 512, 4, 64, 16}, lt::DType::f32},
+                              AllocCase{{2, 256, 4, 64, 64}, lt::DType::bf16}}) {  // tensor-core kernels
+    const Dims& d = ac.d;
     Problem p(d, 99, GateKind::kLogSigmoid, true, true);
-    DevInputs in(p, lt::DType::f32);
+    if (ac.dt == lt::DType::bf16) p.round_to_bf16();
+    DevInputs in(p, ac.dt);
     auto& A = lt::alloc::cuda_allocator(0);
     int64_t peak[2] = {0, 0};
     for (int variant = 0; variant < 2; ++variant) {
@@ -268,8 +281,9 @@ TEST_CASE("rwkv6 CUDA: the fused backward's peak allocation is below the fallbac
       }
     }
     const int64_t two = 2 * d.tokens_numel() * 4;
-    std::printf("rwkv6 alloc B%lld T%lld H%lld D%lld C%lld: extra peak fused %lld B, fallback %lld B, "
-                "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n", (long long)d.B, (long long)d.T, (long long)d.H,
+    std::printf("rwkv6 alloc %s B%lld T%lld H%lld D%lld C%lld: extra peak fused %lld B, fallback %lld B, "
+                "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n", lt::dtype_name(ac.dt), (long long)d.B,
+                (long long)d.T, (long long)d.H,
                 (long long)d.D, (long long)d.chunk, (long long)peak[0], (long long)peak[1],
                 (long long)(peak[1] - peak[0]), (long long)two);
     CHECK(peak[1] - peak[0] >= two);
