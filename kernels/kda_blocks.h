@@ -61,7 +61,7 @@
 // with the CPU twins' inline definitions at link time; so each side gets its namespace.
 #if defined(__CUDACC__)
 #define KDA_BLOCKS_NS blocks_dev
-#define KDA_DEV __device__
+#define KDA_DEV __device__ __forceinline__
 #define KDA_UNROLL _Pragma("unroll")
 #define KDA_UNROLL_N(n) _Pragma("unroll 8")  // only n = 8 is used
 #else
@@ -165,9 +165,10 @@ KDA_DEV void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
   hi = tf32_round(x);
   lo = tf32_round(x - bits_float(hi));
 }
-// acc (16x8) += sum_{k<K} A(r, k) B(k, c); a_at / b_at read the tile (relative coordinates).
-template <int K, bool kSplit, class Blk, class FA, class FB>
-KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], FA a_at, FB b_at) {
+// acc (16x8) += sum_{k<K} A(r, k) B(k, c); a_at / b_at read the tile (relative coordinates);
+// K a multiple of 8 (a compile-time constant after inlining where it can be).
+template <bool kSplit, class Blk, class FA, class FB>
+KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
@@ -186,8 +187,8 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], FA a_at, FB b_at) {
   }
 }
 // Two products sharing B: acc1 += A1 B, acc2 += A2 B.
-template <int K, bool kSplit, class Blk, class FA1, class FA2, class FB>
-KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], FA1 a1_at, FA2 a2_at, FB b_at) {
+template <bool kSplit, class Blk, class FA1, class FA2, class FB>
+KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a1_at, FA2 a2_at, FB b_at) {
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
@@ -216,6 +217,93 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], FA1 a1_at, F
         blk.mma_tf32(acc2, ah, bl);
       }
       blk.mma_tf32(acc2, ah, bh);
+    }
+  }
+}
+
+// ---- block-level products -------------------------------------------------------------
+// For r < M, c < N (M a multiple of 16, N of 8; runtime values):
+//   finish(r, c, init(r, c) + sum_k A(r, k) B(k, c))
+// need(m0, n0): whether the 16x8 tile at (m0, n0) is needed (skipped tiles are not written).
+// kTC: tensor cores, one warp per tile, k over [0, K) (K a multiple of 8; entries outside the
+// product's true range must read as 0). Otherwise one thread per element, k over
+// krange(r, c, lo, hi) (defaults [0, K)), fp32 FMAs.
+struct AllTiles {
+  KDA_DEV bool operator()(int, int) const { return true; }
+};
+struct FullK {
+  KDA_DEV void operator()(int, int, int&, int&) const {}
+};
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA, class FB, class FI, class FO,
+          class FN = AllTiles, class FK = FullK>
+KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI init, FO finish,
+                           FN need = FN(), FK krange = FK()) {
+  if constexpr (kTC) {
+    const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
+    const int ntn = N / 8, ntiles = (M / 16) * ntn;
+    for (int ti = warp; ti < ntiles; ti += NTHR / 32) {
+      const int m0 = (ti / ntn) * 16, n0 = (ti % ntn) * 8;
+      if (!need(m0, n0)) continue;  // warp-uniform
+      float acc[4];
+      KDA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        int r, c;
+        frag_rc(lane, e, r, c);
+        acc[e] = init(m0 + r, n0 + c);
+      }
+      mma_acc<kSplit>(blk, acc, K, [&](int r, int k) { return a_at(m0 + r, k); },
+                      [&](int k, int c) { return b_at(k, n0 + c); });
+      KDA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        int r, c;
+        frag_rc(lane, e, r, c);
+        finish(m0 + r, n0 + c, acc[e]);
+      }
+    }
+  } else {
+    for (int e = blk.tid(); e < M * N; e += NTHR) {
+      const int r = e / N, c = e % N;
+      if (!need((r / 16) * 16, (c / 8) * 8)) continue;
+      int lo = 0, hi = K;
+      krange(r, c, lo, hi);
+      float acc = init(r, c);
+      for (int k = lo; k < hi; ++k) acc += a_at(r, k) * b_at(k, c);
+      finish(r, c, acc);
+    }
+  }
+}
+// Two products with a shared B: finish(r, c, sum_k A1(r,k) B(k,c), sum_k A2(r,k) B(k,c)).
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA1, class FA2, class FB, class FO,
+          class FK = FullK>
+KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at, FB b_at, FO finish,
+                            FK krange = FK()) {
+  if constexpr (kTC) {
+    const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
+    const int ntn = N / 8, ntiles = (M / 16) * ntn;
+    for (int ti = warp; ti < ntiles; ti += NTHR / 32) {
+      const int m0 = (ti / ntn) * 16, n0 = (ti % ntn) * 8;
+      float acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_acc2<kSplit>(blk, acc1, acc2, K, [&](int r, int k) { return a1_at(m0 + r, k); },
+                       [&](int r, int k) { return a2_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
+      KDA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        int r, c;
+        frag_rc(lane, e, r, c);
+        finish(m0 + r, n0 + c, acc1[e], acc2[e]);
+      }
+    }
+  } else {
+    for (int e = blk.tid(); e < M * N; e += NTHR) {
+      const int r = e / N, c = e % N;
+      int lo = 0, hi = K;
+      krange(r, c, lo, hi);
+      float acc1 = 0.0f, acc2 = 0.0f;
+      for (int k = lo; k < hi; ++k) {
+        const float b = b_at(k, c);
+        acc1 += a1_at(r, k) * b;
+        acc2 += a2_at(r, k) * b;
+      }
+      finish(r, c, acc1, acc2);
     }
   }
 }
@@ -257,7 +345,9 @@ KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, f
   const T* bl = static_cast<const T*>(a.b);
   constexpr int NW = G::D / 32;
   // A warp covers 32 consecutive columns of one row (NTHR and D are multiples of 32).
-  for (int e = blk.tid(); e < G::C * G::D; e += G::NTHR) {
+  KDA_UNROLL_N(8)
+  for (int m = 0; m < G::C * G::D / G::NTHR; ++m) {  // unrolled: the loads issue together
+    const int e = blk.tid() + m * G::NTHR;
     const int r = e / G::D, d = e % G::D;
     float xq = 0.0f, xk = 0.0f;
     if (r < cp.L) {
@@ -298,7 +388,9 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
   const T* k = static_cast<const T*>(a.k);
   const T* f = static_cast<const T*>(a.f);
   const float ea = expf(a.A_log[cp.h]);
-  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+  KDA_UNROLL
+  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+    const int e = blk.tid() + m * G::NTHR;
     const int r = e / G::KS, c = e % G::KS;
     float qv = 0.0f, kv = 0.0f, g = 0.0f, dgdx = 0.0f, dgda = 0.0f;
     if (r < cp.L) {
@@ -333,7 +425,9 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
 template <class G, class T, class Blk>
 KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
                            const float* rowscale, float* dst) {
-  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+  KDA_UNROLL
+  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+    const int e = blk.tid() + m * G::NTHR;
     const int r = e / G::KS, c = e % G::KS;
     float v = 0.0f;
     if (r < cp.L) v = ld(src, cp.in(dm, r, k0 + c)) * (rowscale ? rowscale[r] : 1.0f);
@@ -344,7 +438,9 @@ KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T
 template <class G, class T, class Blk>
 KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
                            float* dst) {
-  for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
+  KDA_UNROLL
+  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+    const int e = blk.tid() + m * G::NTHR;
     const int r = e / G::KS, c = e % G::KS;
     dst[r * G::LS + c] = ld(src, cp.ws(dm, r, k0 + c));
   }
@@ -373,45 +469,51 @@ KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* 
   }
 }
 
-// Accumulates one K slice into Pq (P(q^,k^), s <= r; may be null) and Pk (P(k^,k^), s < r;
+// Accumulates one K slice into Pq (P(q^,k^), s <= r; only when kWithQ) and Pk (P(k^,k^);
 // the diagonal is accumulated too and masked by the caller). Needs sq, sk, gs and
 // xq = row_to_block_start(sq), xk = row_to_block_start(sk); y is scratch for C-16 rows.
-// Ends with a sync.
-template <class G, class Blk>
+// Diagonal sub-blocks elementwise (CUDA cores); off-diagonal ones as products of the
+// factored operands (tensor cores when kTC). Ends with a sync.
+template <class G, bool kTC, bool kSplit, bool kWithQ, class Blk>
 KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs,
                                const float* xq, const float* xk, float* y, float* Pq, float* Pk) {
-  for (int i = 0; i < G::NB; ++i) {
-    const int ni = i * kSub;
-    if (i > 0) {
-      col_to_block_start<G>(blk, ni, gs, sk, y, nullptr);
-      blk.sync();
+  constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
+  for (int p = blk.tid(); p < G::NB * kSub * kSub; p += G::NTHR) {
+    const int base = (p / (kSub * kSub)) * kSub, rr = (p / kSub) % kSub, ss = p % kSub;
+    if (ss > rr) continue;
+    const int r = base + rr, s = base + ss;
+    float aq = 0.0f, ak = 0.0f;
+    KDA_UNROLL_N(8)
+    for (int c = 0; c < KS; ++c) {
+      const float ks = sk[s * LS + c] * exp2f(gs[r * LS + c] - gs[s * LS + c]);
+      if (kWithQ) aq += sq[r * LS + c] * ks;
+      ak += sk[r * LS + c] * ks;
     }
-    const int ncol = ni + kSub;  // s in [0, ni + 16)
-    for (int p = blk.tid(); p < kSub * ncol; p += G::NTHR) {
-      const int r = ni + p / ncol, s = p % ncol;
-      if (s > r) continue;
-      float aq = 0.0f, ak = 0.0f;
-      if (s < ni) {
-KDA_UNROLL_N(8)
-        for (int c = 0; c < G::KS; ++c) {
-          const float yv = y[s * G::LS + c];
-          aq += xq[r * G::LS + c] * yv;
-          ak += xk[r * G::LS + c] * yv;
-        }
-      } else {
-KDA_UNROLL_N(8)
-        for (int c = 0; c < G::KS; ++c) {
-          const float e = exp2f(gs[r * G::LS + c] - gs[s * G::LS + c]);
-          const float ks = sk[s * G::LS + c] * e;
-          aq += sq[r * G::LS + c] * ks;
-          ak += sk[r * G::LS + c] * ks;
-        }
-      }
-      if (Pq) Pq[r * G::LC + s] += aq;
-      Pk[r * G::LC + s] += ak;
-    }
-    blk.sync();
+    if (kWithQ) Pq[r * LC + s] += aq;
+    Pk[r * LC + s] += ak;
   }
+  for (int i = 1; i < G::NB; ++i) {
+    const int ni = i * kSub;
+    blk.sync();  // previous readers of y done
+    col_to_block_start<G>(blk, ni, gs, sk, y, nullptr);
+    blk.sync();
+    // rows of sub-block i against every s < ni: (x_r e^{G_r - G_ni}) . (k_s e^{G_ni - G_s})
+    auto b_y = [&](int k, int s) { return y[s * LS + k]; };
+    if (kWithQ) {
+      block_product2<kTC, kSplit, G::NTHR>(
+          blk, kSub, ni, KS, [&](int r, int k) { return xq[(ni + r) * LS + k]; },
+          [&](int r, int k) { return xk[(ni + r) * LS + k]; }, b_y, [&](int r, int s, float vq, float vk) {
+            Pq[(ni + r) * LC + s] += vq;
+            Pk[(ni + r) * LC + s] += vk;
+          });
+    } else {
+      block_product<kTC, kSplit, G::NTHR>(
+          blk, kSub, ni, KS, [&](int r, int k) { return xk[(ni + r) * LS + k]; }, b_y,
+          [&](int r, int s) { return Pk[(ni + r) * LC + s]; },
+          [&](int r, int s, float v) { Pk[(ni + r) * LC + s] = v; });
+    }
+  }
+  blk.sync();
 }
 
 // Tm = (I + A)^{-1}, A strictly lower (C x C, stride LC); Tm fully written (0 above the
@@ -452,13 +554,26 @@ KDA_DEV void solve_unit_lower(Blk& blk, const float* A, float* Tm, float* Z) {
   }
 }
 
+// Lower-triangular helpers for block_product: tiles with some s <= r / s < r, k ranges.
+struct TileLowerIncl {  // tile (m0, n0) of a C x C result holds an element with c <= r
+  KDA_DEV bool operator()(int m0, int n0) const { return n0 < m0 + 16; }
+};
+struct KUpToRow {  // sum over k <= r
+  KDA_DEV void operator()(int r, int, int&, int& hi) const { hi = r + 1; }
+};
+struct KFromRow {  // sum over k >= r
+  KDA_DEV void operator()(int r, int, int& lo, int&) const { lo = r; }
+};
+
 // ======================================================================================
 // intra (forward, kBwd = false) and recompute (backward, kBwd = true)
 // ======================================================================================
-template <class G, class T, bool kBwd, class Blk>
+template <class G, class T, bool kBwd, bool kTC, class Blk>
 KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
                            int64_t n, float* smem) {
   const Dims& dm = a.dims;
+  constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
+  constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
   // shared memory (floats): Pq, Pk, Tm [C][LC]; Z [16][LC]; rq, rk, be [C]; part [8C];
@@ -467,11 +582,11 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   float* Pk = Pq + G::CC;        // P(k^,k^) -> A = diag(beta) P (s < r)
   float* Tm = Pk + G::CC;        // (I + A)^{-1}
   float* Z = Tm + G::CC;         // solve scratch
-  float* rq = Z + kSub * G::LC;
-  float* rk = rq + G::C;
-  float* be = rk + G::C;
-  float* part = be + G::C;       // 8C (row-stats scratch: 2 * C * D/32)
-  float* s0 = part + 8 * G::C;   // slices
+  float* rq = Z + kSub * LC;
+  float* rk = rq + C;
+  float* be = rk + C;
+  float* part = be + C;          // 8C (row-stats scratch: 2 * C * D/32)
+  float* s0 = part + 8 * C;      // slices
   float* s1 = s0 + G::SLICE;
   float* s2 = s1 + G::SLICE;
   float* s3 = s2 + G::SLICE;
@@ -479,88 +594,89 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   float* s5 = gs + G::SLICE;
 
   if (kBwd && bh == 0 && n == 0)
-    for (int64_t i = blk.tid(); i < dm.H; i += G::NTHR) ws.counters[i] = 0u;
+    for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
 
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
-  for (int e = blk.tid(); e < G::C * G::LC; e += G::NTHR) {
+  for (int e = blk.tid(); e < C * LC; e += NTHR) {
     Pq[e] = 0.0f;
     Pk[e] = 0.0f;
   }
   // ---- scores: K slices --------------------------------------------------------------
   for (int ks = 0; ks < G::NKS; ++ks) {
-    const int k0 = ks * G::KS;
+    const int k0 = ks * KS;
     load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
     row_to_block_start<G>(blk, gs, s0, s2);
     row_to_block_start<G>(blk, gs, s1, s3);
     blk.sync();
-    accumulate_scores<G>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
+    accumulate_scores<G, kTC, kSplit, true>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
   }
-  for (int e = blk.tid(); e < G::C * G::C; e += G::NTHR) {
-    const int r = e / G::C, s = e % G::C;
-    Pq[r * G::LC + s] = s <= r ? scale * Pq[r * G::LC + s] : 0.0f;
-    Pk[r * G::LC + s] = s < r ? be[r] * Pk[r * G::LC + s] : 0.0f;
+  for (int e = blk.tid(); e < C * C; e += NTHR) {
+    const int r = e / C, s = e % C;
+    Pq[r * LC + s] = s <= r ? scale * Pq[r * LC + s] : 0.0f;
+    Pk[r * LC + s] = s < r ? be[r] * Pk[r * LC + s] : 0.0f;
   }
   blk.sync();
   solve_unit_lower<G>(blk, Pk, Tm, Z);
 
   // ---- W, Qp (or scale Q~), Kbar, gamma: K slices ------------------------------------------
+  auto zero = [](int, int) { return 0.0f; };
   for (int ks = 0; ks < G::NKS; ++ks) {
-    const int k0 = ks * G::KS;
+    const int k0 = ks * KS;
     load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
-    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
-      const int r = e / G::KS, c = e % G::KS;
-      const float g = gs[r * G::LS + c];
+    for (int e = blk.tid(); e < C * KS; e += NTHR) {
+      const int r = e / KS, c = e % KS;
+      const float g = gs[r * LS + c];
       const float eg = exp2f(g);
-      s2[r * G::LS + c] = be[r] * s1[r * G::LS + c] * eg;   // beta K~
-      s3[r * G::LS + c] = scale * s0[r * G::LS + c] * eg;   // scale Q~
-      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c),
-         s1[r * G::LS + c] * exp2f(gs[(G::C - 1) * G::LS + c] - g));
-      if (kBwd) st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * G::LS + c]);
+      s2[r * LS + c] = be[r] * s1[r * LS + c] * eg;   // beta K~
+      s3[r * LS + c] = scale * s0[r * LS + c] * eg;   // scale Q~
+      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), s1[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - g));
+      if (kBwd) st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c]);
     }
-    for (int c = blk.tid(); c < G::KS; c += G::NTHR)
-      ws.gamma[cp.gam(dm, k0 + c)] = gs[(G::C - 1) * G::LS + c] * kLn2;
+    for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
     blk.sync();
-    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
-      const int r = e / G::KS, c = e % G::KS;
-      float acc = 0.0f;
-      for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s2[s * G::LS + c];
-      s5[r * G::LS + c] = acc;
-      st(static_cast<T*>(ws.t0), cp.ws(dm, r, k0 + c), acc);
-    }
+    // W = Tm (beta K~)
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
+        zero,
+        [&](int r, int c, float v) {
+          s5[r * LS + c] = v;
+          st(static_cast<T*>(ws.t0), cp.ws(dm, r, k0 + c), v);
+        },
+        AllTiles(), KUpToRow());
     blk.sync();
-    if (!kBwd) {
-      for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
-        const int r = e / G::KS, c = e % G::KS;
-        float acc = s3[r * G::LS + c];
-        for (int s = 0; s <= r; ++s) acc -= Pq[r * G::LC + s] * s5[s * G::LS + c];
-        st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), acc);
-      }
+    if (!kBwd) {  // Qp = scale Q~ - A_qk W
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; },
+          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
+          AllTiles(), KUpToRow());
       blk.sync();
     }
   }
   // ---- U, Ob (or A_qk^T dO): V slices -----------------------------------------------------
   for (int vs = 0; vs < G::NKS; ++vs) {
-    const int v0 = vs * G::KS;
+    const int v0 = vs * KS;
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.v), v0, be, s0);  // beta V
     if (kBwd) load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, s1);
     blk.sync();
-    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
-      const int r = e / G::KS, c = e % G::KS;
-      float acc = 0.0f;
-      for (int s = 0; s <= r; ++s) acc += Tm[r * G::LC + s] * s0[s * G::LS + c];
-      s2[r * G::LS + c] = acc;
-      st(static_cast<T*>(ws.t1), cp.ws(dm, r, v0 + c), acc);
-    }
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; },
+        zero,
+        [&](int r, int c, float v) {
+          s2[r * LS + c] = v;
+          st(static_cast<T*>(ws.t1), cp.ws(dm, r, v0 + c), v);
+        },
+        AllTiles(), KUpToRow());
     blk.sync();
-    for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
-      const int r = e / G::KS, c = e % G::KS;
-      float acc = 0.0f;
-      if (!kBwd) {
-        for (int s = 0; s <= r; ++s) acc += Pq[r * G::LC + s] * s2[s * G::LS + c];
-      } else {
-        for (int m = r; m < G::C; ++m) acc += Pq[m * G::LC + r] * s1[m * G::LS + c];
-      }
-      st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), acc);
+    if (!kBwd) {  // Ob = A_qk U
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
+          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
+          KUpToRow());
+    } else {  // A_qk^T dO
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, C, [&](int r, int m) { return Pq[m * LC + r]; }, [&](int m, int c) { return s1[m * LS + c]; },
+          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
+          KFromRow());
     }
     blk.sync();
   }
@@ -598,14 +714,18 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   for (int64_t n = 0; n < NT; ++n) {
     const int64_t row0 = bh * Tp + n * C;
     const int64_t t0 = n * C;
-    for (int e = tid; e < C * D; e += NT_) {
+    KDA_UNROLL_N(8)
+    for (int m = 0; m < C * D / NT_; ++m) {
+      const int e = tid + m * NT_;
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
       Ws[r * LDA + i] = ld(static_cast<const T*>(ws.t0), gi);
       Qs[r * LDA + i] = ld(static_cast<const T*>(ws.t2), gi);
       Ks[r * LDA + i] = ld(static_cast<const T*>(ws.t3), gi);
     }
-    for (int e = tid; e < C * BV; e += NT_) {
+    KDA_UNROLL
+    for (int m = 0; m < C * BV / NT_; ++m) {
+      const int e = tid + m * NT_;
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
       Us[r * LBV + jj] = ld(static_cast<const T*>(ws.t1), gi);
@@ -628,8 +748,8 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
           frag_rc(lane, e, r, c);
           oo[e] = Os[(m0 + r) * LBV + n0 + c];
         }
-        mma_acc2<D, kSplit>(
-            blk, ws_, oo, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
+        mma_acc2<kSplit>(
+            blk, ws_, oo, D, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
             [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; },
             [&](int k, int c) { return S[k * LBV + n0 + c]; });
         for (int e = 0; e < 4; ++e) {
@@ -675,8 +795,8 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
           frag_rc(lane, e, r, c);
           acc[e] = eg[m0 + r] * S[(m0 + r) * LBV + n0 + c];
         }
-        mma_acc<C, kSplit>(
-            blk, acc, [&](int r, int k) { return Ks[k * LDA + m0 + r]; },
+        mma_acc<kSplit>(
+            blk, acc, C, [&](int r, int k) { return Ks[k * LDA + m0 + r]; },
             [&](int k, int c) { return Ds[k * LBV + n0 + c]; });
         for (int e = 0; e < 4; ++e) {
           int r, c;
@@ -744,12 +864,18 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   for (int m = 0; m < NACC; ++m) acc[m] = 0.0f;
 
   for (int64_t n = NT - 1; n >= 0; --n) {
-    for (int e = tid; e < D * D; e += NT_) S[(e / D) * LD + e % D] = a.h[(bh * NT + n) * D * D + e];
+    KDA_UNROLL_N(8)
+    for (int m = 0; m < D * D / NT_; ++m) {
+      const int e = tid + m * NT_;
+      S[(e / D) * LD + e % D] = a.h[(bh * NT + n) * D * D + e];
+    }
     for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
     for (int rb = 0; rb < C / RB; ++rb) {
       const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
       const int64_t t0 = n * C + rb * RB;               // token row
-      for (int e = tid; e < RB * D; e += NT_) {
+      KDA_UNROLL
+      for (int m = 0; m < RB * D / NT_; ++m) {
+        const int e = tid + m * NT_;
         const int r = e / D, i = e % D;
         const int64_t gi = (row0 + r) * D + i;
         Wr[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
@@ -764,9 +890,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       if constexpr (kTC) {
         const int n0 = warp * 8;
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc<D, kSplit>(blk, p, [&](int r, int k) { return Wr[r * LD + k]; },
+        mma_acc<kSplit>(blk, p, D, [&](int r, int k) { return Wr[r * LD + k]; },
                            [&](int k, int c) { return S[k * LD + n0 + c]; });
-        mma_acc<D, kSplit>(blk, q, [&](int r, int k) { return Kr[r * LD + k]; },
+        mma_acc<kSplit>(blk, q, D, [&](int r, int k) { return Kr[r * LD + k]; },
                            [&](int k, int c) { return Sp[k * LD + n0 + c]; });
         for (int e = 0; e < 4; ++e) {
           int r, c;
@@ -799,10 +925,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       if constexpr (kTC) {
         const int n0 = warp * 8;
         float xq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc2<D, kSplit>(
-            blk, xq, xw, [&](int r, int k) { return Or[r * LD + k]; }, [&](int r, int k) { return Dr[r * LD + k]; },
+        mma_acc2<kSplit>(
+            blk, xq, xw, D, [&](int r, int k) { return Or[r * LD + k]; }, [&](int r, int k) { return Dr[r * LD + k]; },
             [&](int k, int c) { return S[(n0 + c) * LD + k]; });
-        mma_acc<D, kSplit>(blk, xk, [&](int r, int k) { return Ur[r * LD + k]; },
+        mma_acc<kSplit>(blk, xk, D, [&](int r, int k) { return Ur[r * LD + k]; },
                            [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
         for (int e = 0; e < 4; ++e) {
           int r, c;
@@ -817,9 +943,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           const int ti = warp + u * NW;
           const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
           float ac[4] = {acc[4 * u], acc[4 * u + 1], acc[4 * u + 2], acc[4 * u + 3]};
-          mma_acc<RB, kSplit>(blk, ac, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+          mma_acc<kSplit>(blk, ac, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
                               [&](int k, int c) { return Or[k * LD + c0 + c]; });
-          mma_acc<RB, kSplit>(blk, ac, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+          mma_acc<kSplit>(blk, ac, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
                               [&](int k, int c) { return Dr[k * LD + c0 + c]; });
           KDA_UNROLL
           for (int e = 0; e < 4; ++e) acc[4 * u + e] = ac[e];
@@ -889,11 +1015,12 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
 // ======================================================================================
 // intra adjoint (backward, chunk-parallel)
 // ======================================================================================
-template <class G, class T, class Blk>
+template <class G, class T, bool kTC, class Blk>
 KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
                                    int64_t n, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
+  constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
@@ -927,6 +1054,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   float* ddt = DK + G::SLICE;    // [D] ddt_bias partial of this chunk
   float* dgam = ddt + G::D;      // [KS]
   float* red = dgam + KS;        // [NTHR/32 + 4]
+  auto zero = [](int, int) { return 0.0f; };
 
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = tid; e < C * LC; e += NTHR) {
@@ -952,14 +1080,13 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       xq[r * LS + c] = sk[r * LS + c] * exp2f(gs[r * LS + c]);  // K~
     }
     blk.sync();
-    accumulate_scores<G>(blk, sq, sk, gs, xq /*unused: Pq null*/, xk, yv, nullptr, Pk);
-    for (int p = tid; p < C * C; p += NTHR) {
-      const int r = p / C, s = p % C;
-      if (s >= r) continue;
-      float acc = 0.0f;
-      for (int c = 0; c < KS; ++c) acc += X[r * LS + c] * xq[s * LS + c];
-      dT[r * LC + s] -= be[s] * acc;
-    }
+    accumulate_scores<G, kTC, kSplit, false>(blk, sq, sk, gs, xq, xk, yv, nullptr, Pk);
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, C, KS, [&](int r, int c) { return X[r * LS + c]; }, [&](int c, int s) { return xq[s * LS + c]; }, zero,
+        [&](int r, int s, float v) {
+          if (s < r) dT[r * LC + s] -= be[s] * v;
+        },
+        TileLowerIncl());
     blk.sync();
   }
   // ---- P2: Tm ------------------------------------------------------------------------------
@@ -980,8 +1107,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int vs = 0; vs < G::NKS; ++vs) {
       const int v0 = vs * KS;
       load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t1), v0, sk);          // Delta
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t4), v0, X);           // dDelta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t1), v0, sk);  // Delta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t4), v0, X);   // dDelta
       load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
       blk.sync();
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -989,24 +1116,29 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         xq[r * LS + c] = be[r] * yv[r * LS + c];  // beta V
       }
       blk.sync();
-      for (int p = tid; p < C * C; p += NTHR) {
-        const int r = p / C, s = p % C;
-        if (s > r) continue;
-        float aq = 0.0f, at = 0.0f;
-        for (int c = 0; c < KS; ++c) {
-          aq += sq[r * LS + c] * sk[s * LS + c];
-          at += X[r * LS + c] * xq[s * LS + c];
-        }
-        dQ[r * LC + s] += aq;
-        if (s < r) dT[r * LC + s] += at;
-      }
-      for (int e = tid; e < C * KS; e += NTHR) {
-        const int s = e / KS, c = e % KS;
-        float yu = 0.0f;
-        for (int r = s; r < C; ++r) yu += Tm[r * LC + s] * X[r * LS + c];
-        if (s < cp.L) st(dv, cp.in(dm, s, v0 + c), be[s] * yu);
-        xk[s * LS + c] = yu * yv[s * LS + c];
-      }
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, C, KS, [&](int r, int c) { return sq[r * LS + c]; }, [&](int c, int s) { return sk[s * LS + c]; },
+          zero,
+          [&](int r, int s, float val) {
+            if (s <= r) dQ[r * LC + s] += val;
+          },
+          TileLowerIncl());
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, C, KS, [&](int r, int c) { return X[r * LS + c]; }, [&](int c, int s) { return xq[s * LS + c]; },
+          zero,
+          [&](int r, int s, float val) {
+            if (s < r) dT[r * LC + s] += val;
+          },
+          TileLowerIncl());
+      // Y_U = Tm^T dDelta -> dv = beta Y_U; dbeta += Y_U . v
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, C, [&](int s, int r) { return Tm[r * LC + s]; }, [&](int r, int c) { return X[r * LS + c]; },
+          zero,
+          [&](int s, int c, float yu) {
+            if (s < cp.L) st(dv, cp.in(dm, s, v0 + c), be[s] * yu);
+            xk[s * LS + c] = yu * yv[s * LS + c];
+          },
+          AllTiles(), KFromRow());
       blk.sync();
       for (int s = tid; s < C; s += NTHR) {
         float acc = 0.0f;
@@ -1017,21 +1149,14 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     }
   }
   // ---- P4: dA = -Tm^T dTm Tm^T (strict lower), dbeta, dP_kk, dP_qk --------------------------
-  for (int e = tid; e < C * C; e += NTHR) {
-    const int m = e / C, s = e % C;
-    float acc = 0.0f;
-    const int cmax = m - 1 < s ? m - 1 : s;
-    for (int c = 0; c <= cmax; ++c) acc += dT[m * LC + c] * Tm[s * LC + c];
-    Zc[m * LC + s] = acc;
-  }
+  block_product<kTC, kSplit, NTHR>(  // Zc = dTm Tm^T
+      blk, C, C, C, [&](int m, int c) { return dT[m * LC + c]; }, [&](int c, int s) { return Tm[s * LC + c]; }, zero,
+      [&](int m, int s, float v) { Zc[m * LC + s] = v; }, AllTiles(),
+      [](int m, int s, int&, int& hi) { hi = m < s + 1 ? m : s + 1; });
   blk.sync();
-  for (int e = tid; e < C * C; e += NTHR) {
-    const int r = e / C, s = e % C;
-    float acc = 0.0f;
-    if (s < r)
-      for (int m = r; m < C; ++m) acc -= Tm[m * LC + r] * Zc[m * LC + s];
-    dT[r * LC + s] = acc;  // dA (0 on and above the diagonal)
-  }
+  block_product<kTC, kSplit, NTHR>(  // dA = -Tm^T Zc on the strict lower triangle
+      blk, C, C, C, [&](int r, int m) { return Tm[m * LC + r]; }, [&](int m, int s) { return Zc[m * LC + s]; }, zero,
+      [&](int r, int s, float v) { dT[r * LC + s] = s < r ? -v : 0.0f; }, TileLowerIncl(), KFromRow());
   blk.sync();
   for (int r = tid; r < C; r += NTHR) {
     float acc = 0.0f;
@@ -1041,7 +1166,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   blk.sync();
   for (int e = tid; e < C * C; e += NTHR) {
     const int r = e / C, s = e % C;
-    dT[r * LC + s] *= be[r];                                  // dP_kk
+    dT[r * LC + s] = s < r ? be[r] * dT[r * LC + s] : 0.0f;  // dP_kk
     dQ[r * LC + s] = s <= r ? scale * dQ[r * LC + s] : 0.0f;  // dP_qk
   }
   blk.sync();
@@ -1058,16 +1183,19 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       row_to_block_start<G>(blk, gs, sk, xk);
       blk.sync();
       // (a) Y_W = -Tm^T X_w;  dK~ = beta Y_W;  dbeta += Y_W . K~
-      for (int e = tid; e < C * KS; e += NTHR) {
-        const int s = e / KS, c = e % KS;
-        float yw = 0.0f;
-        for (int r = s; r < C; ++r) yw -= Tm[r * LC + s] * X[r * LS + c];
-        const float kt = sk[s * LS + c] * exp2f(gs[s * LS + c]);
-        const float t = be[s] * yw;
-        DK[s * LS + c] = t * exp2f(gs[s * LS + c]);
-        dG[s * LS + c] = t * kt;
-        yv[s * LS + c] = yw * kt;
-      }
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, C, [&](int s, int r) { return Tm[r * LC + s]; }, [&](int r, int c) { return X[r * LS + c]; },
+          zero,
+          [&](int s, int c, float v) {
+            const float yw = -v;
+            const float eg = exp2f(gs[s * LS + c]);
+            const float kt = sk[s * LS + c] * eg;
+            const float t = be[s] * yw;
+            DK[s * LS + c] = t * eg;
+            dG[s * LS + c] = t * kt;
+            yv[s * LS + c] = yw * kt;
+          },
+          AllTiles(), KFromRow());
       blk.sync();
       for (int s = tid; s < C; s += NTHR) {
         float acc = 0.0f;
@@ -1100,7 +1228,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         dgam[c] = acc;
       }
       // (d) P adjoints, diagonal sub-blocks: element (x, c) takes its row terms (x = r)
-      // and its column terms (x = s); ownership of (x, c) is the same in every loop below.
+      // and its column terms (x = s); same element ownership as (c), so no barrier between.
       for (int e = tid; e < C * KS; e += NTHR) {
         const int x = e / KS, c = e % KS;
         const int n0 = (x / kSub) * kSub;
@@ -1122,33 +1250,32 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       // off-diagonal sub-blocks, through the first row ni of the later sub-block
       for (int i = 1; i < G::NB; ++i) {
         const int ni = i * kSub;
-        blk.sync();  // previous users of yv / fc done
+        blk.sync();  // previous users of yv / fc, DQ / DK / dG rows done
         col_to_block_start<G>(blk, ni, gs, sk, yv, fc);
         blk.sync();
-        for (int e = tid; e < C * KS; e += NTHR) {
-          const int x = e / KS, c = e % KS;
-          if (x >= ni && x < ni + kSub) {  // rows of sub-block i: s < ni
-            float rqs = 0.0f, rks = 0.0f;
-            for (int s = 0; s < ni; ++s) {
-              const float y = yv[s * LS + c];
-              rqs += dQ[x * LC + s] * y;
-              rks += dT[x * LC + s] * y;
-            }
-            const float fr = exp2f(gs[x * LS + c] - gs[ni * LS + c]);
-            rqs *= fr;
-            rks *= fr;
-            DQ[x * LS + c] += rqs;
-            DK[x * LS + c] += rks;
-            dG[x * LS + c] += sq[x * LS + c] * rqs + sk[x * LS + c] * rks;
-          } else if (x < ni) {  // columns s = x against rows of sub-block i
-            float cc = 0.0f;
-            for (int r = ni; r < ni + kSub; ++r)
-              cc += dQ[r * LC + x] * xq[r * LS + c] + dT[r * LC + x] * xk[r * LS + c];
-            cc *= fc[x * LS + c];
-            DK[x * LS + c] += cc;
-            dG[x * LS + c] -= sk[x * LS + c] * cc;
-          }
-        }
+        // rows x of sub-block i: sum_{s<ni} dP[x,s] k_s e^{G_ni - G_s}, times e^{G_x - G_ni}
+        block_product2<kTC, kSplit, NTHR>(
+            blk, kSub, KS, ni, [&](int r, int s) { return dQ[(ni + r) * LC + s]; },
+            [&](int r, int s) { return dT[(ni + r) * LC + s]; }, [&](int s, int c) { return yv[s * LS + c]; },
+            [&](int r, int c, float rqs, float rks) {
+              const int x = ni + r;
+              const float fr = exp2f(gs[x * LS + c] - gs[ni * LS + c]);
+              rqs *= fr;
+              rks *= fr;
+              DQ[x * LS + c] += rqs;
+              DK[x * LS + c] += rks;
+              dG[x * LS + c] += sq[x * LS + c] * rqs + sk[x * LS + c] * rks;
+            });
+        // columns x < ni against the rows of sub-block i (K = 32: the q and the k terms)
+        block_product<kTC, kSplit, NTHR>(
+            blk, ni, KS, 2 * kSub,
+            [&](int x, int k) { return k < kSub ? dQ[(ni + k) * LC + x] : dT[(ni + k - kSub) * LC + x]; },
+            [&](int k, int c) { return k < kSub ? xq[(ni + k) * LS + c] : xk[(ni + k - kSub) * LS + c]; }, zero,
+            [&](int x, int c, float cc) {
+              cc *= fc[x * LS + c];
+              DK[x * LS + c] += cc;
+              dG[x * LS + c] -= sk[x * LS + c] * cc;
+            });
       }
       blk.sync();
       // (e) dgamma lands on the last row (g = 0 beyond L, so row C-1 carries gamma);

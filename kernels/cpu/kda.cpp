@@ -391,36 +391,47 @@ void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
   for (auto& th : threads) th.join();
 }
 
+
+template <class G, class T, bool kTC>
+void twin_forward(const FusedArgs& a, const Workspace& ws) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::intra_program<G, T, false, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  });
+  emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
+  });
+}
+
+template <class G, class T, bool kTC>
+void twin_backward(const FusedArgs& a, const Workspace& ws) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::intra_program<G, T, true, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  });
+  emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
+  });
+  emulate_grid(NT * BH, G::NTHR, G::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::intra_adjoint_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  });
+}
+
 }  // namespace
 
 void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
   check_fused_args(a, false);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-    emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::intra_program<G, T, false>(a, ws, blk, g / NT, g % NT, sm);
-    });
-    emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      if (a.tensor_cores) blocks::inter_program<G, T, true>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
-      else blocks::inter_program<G, T, false>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
-    });
+    if (a.tensor_cores) twin_forward<G, T, true>(a, ws);
+    else twin_forward<G, T, false>(a, ws);
   });
 }
 
 void fused_backward_cpu(const FusedArgs& a, const Workspace& ws) {
   check_fused_args(a, true);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-    emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::intra_program<G, T, true>(a, ws, blk, g / NT, g % NT, sm);
-    });
-    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      if (a.tensor_cores) blocks::inter_adjoint_program<G, T, true>(a, ws, blk, g, sm);
-      else blocks::inter_adjoint_program<G, T, false>(a, ws, blk, g, sm);
-    });
-    emulate_grid(NT * BH, G::NTHR, G::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::intra_adjoint_program<G, T>(a, ws, blk, g / NT, g % NT, sm);
-    });
+    if (a.tensor_cores) twin_backward<G, T, true>(a, ws);
+    else twin_backward<G, T, false>(a, ws);
   });
 }
 

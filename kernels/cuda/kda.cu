@@ -38,12 +38,12 @@ struct CudaBlk {
   }
 };
 
-template <class G, class T, bool kBwd>
+template <class G, class T, bool kBwd, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
-  blocks::intra_program<G, T, kBwd>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+  blocks::intra_program<G, T, kBwd, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>
@@ -62,12 +62,12 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T>
+template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
-  blocks::intra_adjoint_program<G, T>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+  blocks::intra_adjoint_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
 // Dynamic shared memory above 48 KB must be allowed per kernel, once.
@@ -77,32 +77,68 @@ void allow_smem(K* kernel, size_t bytes) {
                                      static_cast<int>(bytes)));
 }
 
+
+template <class G, class T, bool kTC>
+void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  auto* kda_fwd_intra = &kda_intra_kernel<G, T, false, kTC>;
+  auto* kda_fwd_inter = &kda_inter_kernel<G, T, kTC>;
+  const size_t smem_intra = G::kIntraFloats * sizeof(float);
+  const size_t smem_inter = G::kInterFloats * sizeof(float);
+  static const bool once = [&] {
+    allow_smem(kda_fwd_intra, smem_intra);
+    allow_smem(kda_fwd_inter, smem_inter);
+    return true;
+  }();
+  (void)once;
+  {
+    StageScope st("intra");
+    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
+  }
+  {
+    StageScope st("inter");
+    LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
+  }
+}
+
+template <class G, class T, bool kTC>
+void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true, kTC>;
+  auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
+  auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<G, T, kTC>;
+  const size_t smem_re = G::kIntraFloats * sizeof(float);
+  const size_t smem_adj = G::kAdjFloats * sizeof(float);
+  const size_t smem_ia = G::kIntraAdjFloats * sizeof(float);
+  static const bool once = [&] {
+    allow_smem(kda_bwd_recompute, smem_re);
+    allow_smem(kda_bwd_inter_adjoint, smem_adj);
+    allow_smem(kda_bwd_intra_adjoint, smem_ia);
+    return true;
+  }();
+  (void)once;
+  {
+    StageScope st("recompute");
+    LT_LAUNCH(kda_bwd_recompute, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_re, s, a, ws);
+  }
+  {
+    StageScope st("inter_adjoint");
+    LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
+  }
+  {
+    StageScope st("intra_adjoint");
+    LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_ia, s, a, ws);
+  }
+}
+
 }  // namespace
 
 void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   check_fused_args(a, false);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-    auto* kda_fwd_intra = &kda_intra_kernel<G, T, false>;
-    auto* kda_fwd_inter = a.tensor_cores ? &kda_inter_kernel<G, T, true> : &kda_inter_kernel<G, T, false>;
-    const size_t smem_intra = G::kIntraFloats * sizeof(float);
-    const size_t smem_inter = G::kInterFloats * sizeof(float);
-    static const bool once = [&] {
-      allow_smem(kda_fwd_intra, smem_intra);
-      allow_smem(&kda_inter_kernel<G, T, true>, smem_inter);
-      allow_smem(&kda_inter_kernel<G, T, false>, smem_inter);
-      return true;
-    }();
-    (void)once;
-    {
-      StageScope st("intra");
-      LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
-    }
-    {
-      StageScope st("inter");
-      LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
-    }
+    if (a.tensor_cores) launch_forward<G, T, true>(a, ws, s);
+    else launch_forward<G, T, false>(a, ws, s);
   });
 }
 
@@ -110,34 +146,8 @@ void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) 
   check_fused_args(a, true);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-    auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true>;
-    auto* kda_bwd_inter_adjoint =
-        a.tensor_cores ? &kda_inter_adjoint_kernel<G, T, true> : &kda_inter_adjoint_kernel<G, T, false>;
-    auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<G, T>;
-    const size_t smem_re = G::kIntraFloats * sizeof(float);
-    const size_t smem_adj = G::kAdjFloats * sizeof(float);
-    const size_t smem_ia = G::kIntraAdjFloats * sizeof(float);
-    static const bool once = [&] {
-      allow_smem(kda_bwd_recompute, smem_re);
-      allow_smem(&kda_inter_adjoint_kernel<G, T, true>, smem_adj);
-      allow_smem(&kda_inter_adjoint_kernel<G, T, false>, smem_adj);
-      allow_smem(kda_bwd_intra_adjoint, smem_ia);
-      return true;
-    }();
-    (void)once;
-    {
-      StageScope st("recompute");
-      LT_LAUNCH(kda_bwd_recompute, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_re, s, a, ws);
-    }
-    {
-      StageScope st("inter_adjoint");
-      LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
-    }
-    {
-      StageScope st("intra_adjoint");
-      LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_ia, s, a, ws);
-    }
+    if (a.tensor_cores) launch_backward<G, T, true>(a, ws, s);
+    else launch_backward<G, T, false>(a, ws, s);
   });
 }
 
