@@ -787,19 +787,31 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
   }
 }
 
-// du[h, d] = sum_{b, n} du_part[b, n, h, d] in a fixed order (deterministic). grid (H), D threads.
+// du[h, d] = sum_{b, n} du_part[b, n, h, d] in a fixed order (deterministic). grid (H, D/32),
+// 256 threads = 32 columns x 8 row groups: group j sums the partials i = j, j + 8, ... (two
+// accumulators), then the 8 group sums are added in order. Coalesced 128-byte rows, 16x the
+// threads in flight of one thread per column.
 __global__ void __launch_bounds__(256) rwkv6_du_reduce(const CudaArgs a) {
+  __shared__ float part[8][33];
   const int64_t H = a.dims.H, D = a.dims.D;
   const int64_t BN = a.dims.B * ((a.dims.T + a.dims.chunk - 1) / a.dims.chunk);
   const int64_t h = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    int64_t i = 0;
-    for (; i + 4 <= BN; i += 4)
+  const int cl = threadIdx.x & 31, grp = threadIdx.x >> 5;
+  const int64_t c = blockIdx.y * 32 + cl;
+  float acc0 = 0.f, acc1 = 0.f;
+  int64_t i = grp;
+  for (; i + 8 < BN; i += 16) {
+    acc0 += a.du_part[(i * H + h) * D + c];
+    acc1 += a.du_part[((i + 8) * H + h) * D + c];
+  }
+  if (i < BN) acc0 += a.du_part[(i * H + h) * D + c];
+  part[grp][cl] = acc0 + acc1;
+  __syncthreads();
+  if (grp == 0) {
+    float s = 0.f;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[q] += a.du_part[((i + q) * H + h) * D + c];
-    for (; i < BN; ++i) acc[0] += a.du_part[(i * H + h) * D + c];
-    a.du[h * D + c] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (int j = 0; j < 8; ++j) s += part[j][cl];
+    a.du[h * D + c] = s;
   }
 }
 
@@ -1050,19 +1062,32 @@ __device__ __forceinline__ float bonus_rows(const bf16* q_s, const bf16* k_s, co
 // the state; z + z_offset = 0: forward scan (h[n], ht), 1: reverse scan (dh[n], dh0), as
 // rwkv6_state_scan. Warp w owns state rows 16 (w % 4).. and columns 32 (w / 4)..; the state
 // stays in fp32 mma fragments. Per chunk: S <- e^g S + R(x')^T y with x' = k e^{g - Gi}
-// (forward) or scale q e^{Ge} (reverse), y = v or dO; chunk tiles double-buffered in shared
-// memory, the next chunk prefetched into registers during the current one.
+// (forward) or scale q e^{Ge} (reverse), y = v or dO. The chunk tiles come through a 3-stage
+// cp.async ring: chunk step + 2 is in flight while step is computed (the chain of steps is
+// the scan's critical path; one step of lead did not cover the load latency).
+constexpr int kScanStages = 3;
 template <int C>
 constexpr int scan_tc_smem_bytes() {
-  return 2 * 3 * Shape<C>::TOK_BYTES + 64 * 4;
+  return kScanStages * 3 * Shape<C>::TOK_BYTES + 64 * 4;
+}
+
+// Issues the cp.async copies of a [C][64] bf16 token tile (rows >= L zero-filled).
+template <int C>
+__device__ __forceinline__ void async_tile(bf16* dst, const bf16* src, int64_t rs, int L) {
+#pragma unroll
+  for (int p = 0; p < Shape<C>::TOKV; ++p) {
+    const int idx = threadIdx.x + 256 * p, r = idx >> 3, c8 = (idx & 7) * 8;
+    const bool ok = r < L;
+    tc::cp_async16(dst + r * kLDB + c8, ok ? src + r * rs + c8 : src, ok ? 16 : 0);
+  }
 }
 
 template <int C>
 __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int z_offset) {
   using S = Shape<C>;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* buf = reinterpret_cast<bf16*>(smem);  // [2][3][C][kLDB]: x, y, w
-  float* gam_s = reinterpret_cast<float*>(smem + 2 * 3 * S::TOK_BYTES);
+  bf16* buf = reinterpret_cast<bf16*>(smem);  // [kScanStages][3][C][kLDB]: x, y, w
+  float* gam_s = reinterpret_cast<float*>(smem + kScanStages * 3 * S::TOK_BYTES);
 
   const bool reverse = (blockIdx.z + z_offset) == 1;
   const int64_t T = a.dims.T, H = a.dims.H, D = a.dims.D;
@@ -1089,14 +1114,21 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int
       Sacc[nt][e] = init ? init[st0 + (16 * rb + g + 8 * (e >> 1)) * D + 32 * part + 8 * nt + 2 * t + (e & 1)] : 0.f;
   float* traj = reverse ? a.dh : a.h;
 
-  TokTile<C> px, py, pw;
-  auto prefetch = [&](int64_t n) {
-    const int L = rows_in_chunk(C, T, n);
-    px.load(xsrc + n * C * rs, rs, L);
-    py.load(ysrc + n * C * rs, rs, L);
-    pw.load(wsrc + n * C * rs, rs, L);
+  // Every step commits exactly one (possibly empty) group, so after wait_group<kScanStages - 2>
+  // at step s the group of step s has landed (only the groups of later steps may be pending).
+  auto issue = [&](int64_t step) {
+    if (step < NT) {
+      const int64_t n = reverse ? NT - 1 - step : step;
+      const int L = rows_in_chunk(C, T, n);
+      bf16* xs = buf + (step % kScanStages) * 3 * C * kLDB;
+      async_tile<C>(xs, xsrc + n * C * rs, rs, L);
+      async_tile<C>(xs + C * kLDB, ysrc + n * C * rs, rs, L);
+      async_tile<C>(xs + 2 * C * kLDB, wsrc + n * C * rs, rs, L);
+    }
+    tc::cp_async_commit();
   };
-  prefetch(reverse ? NT - 1 : 0);
+#pragma unroll
+  for (int s = 0; s < kScanStages - 1; ++s) issue(s);
   for (int64_t step = 0; step < NT; ++step) {
     const int64_t n = reverse ? NT - 1 - step : step;
     float* out = traj + (bh * NT + n) * D * D + (tr * 64) * D + tcol * 64;
@@ -1106,14 +1138,12 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int
       for (int h2 = 0; h2 < 2; ++h2)
         *reinterpret_cast<float2*>(out + (16 * rb + g + 8 * h2) * D + 32 * part + 8 * nt + 2 * t) =
             make_float2(Sacc[nt][2 * h2], Sacc[nt][2 * h2 + 1]);
-    bf16* xs = buf + (step & 1) * 3 * C * kLDB;
+    bf16* xs = buf + (step % kScanStages) * 3 * C * kLDB;
     bf16* ys = xs + C * kLDB;
     bf16* ws = ys + C * kLDB;
-    px.store(xs);
-    py.store(ys);
-    pw.store(ws);
-    __syncthreads();
-    if (step + 1 < NT) prefetch(reverse ? n - 1 : n + 1);
+    tc::cp_async_wait<kScanStages - 2>();
+    __syncthreads();  // this step's tiles visible to all; every thread is past step - 1's MMA
+    issue(step + kScanStages - 1);  // into the stage that step - 1 used
     {  // column cumsum of w; x' in place
       constexpr int P = 4, R = C / P;
       const int c = tid / P, seg = tid % P;
@@ -1161,6 +1191,7 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int
       }
     }
   }
+  tc::cp_async_wait<0>();
   float* fin = reverse ? a.dh0 : a.ht;
   if (fin) {
 #pragma unroll
@@ -1181,7 +1212,8 @@ struct FwdLayout {
   using S = Shape<C>;
   static constexpr int q = 0, k = q + S::TOK_BYTES, qt = k + S::TOK_BYTES, kt = qt + S::TOK_BYTES;
   static constexpr int kh = kt + S::TOK_BYTES, qe = kh + S::TOK_BYTES, h = qe + S::TOK_BYTES;
-  static constexpr int qf = h + S::ST_BYTES, G = qf + S::QF_BYTES, vec = G + S::G_BYTES;
+  static constexpr int qf = h + S::ST_BYTES, G = qf + S::QF_BYTES, v = G + S::G_BYTES;
+  static constexpr int vec = v + S::TOK_BYTES;
   // floats at vec: gam[64], u[64], gs, ge, eW, invW [NB][64], bonus[C]
   static constexpr int bytes = vec + (128 + 4 * S::NB * 64 + C) * 4;
 };
@@ -1205,9 +1237,9 @@ __global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const CudaArgs a) 
   float* bonus_s = vec + 128 + 4 * NB * 64;
   const Gates<C> gts{reinterpret_cast<float*>(smem + Lay::G), vec, vec + 128, vec + 128 + NB * 64,
                      vec + 128 + 2 * NB * 64, vec + 128 + 3 * NB * 64};
+  bf16* v_s = reinterpret_cast<bf16*>(smem + Lay::v);  // own value tile, by cp.async from the start
   bf16* w_stage = kt_s;  // w, until the operands are built
   bf16* A_s = qt_s;      // after the key loop
-  bf16* v_s = kt_s;
 
   const int64_t T = a.dims.T, H = a.dims.H, D = a.dims.D;
   const int vt = blockIdx.x;
@@ -1228,6 +1260,8 @@ __global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const CudaArgs a) 
   float accA[S::NC8][4] = {};
   float accO[S::NT8][4] = {};
   float bonus = 0.f;
+  async_tile<C>(v_s, vp + vt * 64, rs, L);  // needed only at the end: in flight meanwhile
+  tc::cp_async_commit();
 
   for (int kt = 0; kt < nK; ++kt) {
     {
@@ -1282,13 +1316,9 @@ __global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const CudaArgs a) 
     __syncthreads();
   }
   if (tid % S::NTPR == 0) bonus_s[tid / S::NTPR] = bonus;
-  {
-    TokTile<C> tv;
-    tv.load(vp + vt * 64, rs, L);
-    __syncthreads();
-    store_attention<C>(A_s, accA, bonus_s, scale, rb, part);
-    tv.store(v_s);
-  }
+  tc::cp_async_wait<0>();
+  __syncthreads();
+  store_attention<C>(A_s, accA, bonus_s, scale, rb, part);
   __syncthreads();
 #pragma unroll
   for (int nt = 0; nt < S::NT8; ++nt)
@@ -1908,7 +1938,8 @@ void backward_t(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t 
   }
   {
     StageScope s("du_reduce");
-    LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H)), 256, 0, stream, a);
+    LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
+              stream, a);
   }
 }
 
@@ -1971,7 +2002,8 @@ void backward_tc(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t
     launch_bwd_chunk_tc<C, kModeInter>(a, stream);
   }
   StageScope s("du_reduce");
-  LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H)), 256, 0, stream, a);
+  LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
+              stream, a);
 }
 
 // LT_RWKV6_KERNELS=simt forces the SIMT kernels for bf16 too (same-run comparisons).
