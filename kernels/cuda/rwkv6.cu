@@ -8,6 +8,10 @@
 //   fallback  rwkv6_state_scan | rwkv6_bwd_chunk<kIntra> (fp32 dq'/dk' intra to scratch)
 //             | rwkv6_bwd_chunk<kInter> (reads them back) | rwkv6_du_reduce               4
 //
+// Two kernel families with the same launches and grids: the tensor-core kernels (namespace
+// tck below: bf16 at chunk 32 / 64; mma.m16n8k16, Variant::kTensorCore) and the SIMT fp32
+// kernels (fp32 inputs, bf16 at chunk 16, or LT_RWKV6_KERNELS=simt), described next.
+//
 // Tiling (SIMT fp32; every CTA has 256 threads arranged 16 x 16, ty = tid / 16, tx = tid % 16).
 // A thread owns rows ty + 16 i and columns tx + 16 j of every tile it accumulates, so with
 // chunk rows grouped in 16-row blocks, accumulator row i IS block i: the block-pair

@@ -1,8 +1,11 @@
 // RWKV6 CUDA kernels (kernels/cuda/rwkv6.cu) against the float64 naive recurrence on fresh
-// random inputs (fla-style: r, k, v, u ~ randn, w = logsigmoid(randn) or -exp(randn)),
-// every output and gradient NaN-poisoned before each run. Shapes cover D = 64, 128, 256, a
-// partial last chunk, chunks 16/32/64, an initial state, a final-state gradient, fp32 and
-// bf16. Fused and fallback backward, and the backward that reuses the forward's states.
+// random inputs (fla-style: r, k, v, u ~ randn, w = logsigmoid(randn), -exp(randn) or the
+// strong -exp(randn + 1.5)), every output and gradient NaN-poisoned before each run. Shapes
+// cover D = 64, 128, 256, a partial last chunk, chunks 16/32/64, an initial state, a
+// final-state gradient, fp32 (SIMT kernels) and bf16 (tensor-core kernels at chunk 32/64,
+// SIMT at chunk 16; strong decays drive most diagonal-block columns through the exact
+// elementwise path). Fused and fallback backward, and the backward that reuses the forward's
+// states.
 // Gate: relative norm error ||x - ref|| / ||ref|| <= 1e-5 (fp32) / 1e-2 (bf16), per output.
 // Also: launch counts (fwd 2, fused bwd 3, fallback 4) from the launch atlas.
 #include <catch2/catch.hpp>
