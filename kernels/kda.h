@@ -127,8 +127,10 @@ struct FusedArgs {
 // Scratch of the fused path, from the caller (the engine takes it from the caching
 // allocator). Every buffer is fully overwritten by the kernel that produces it, so it may be
 // handed over uninitialised. Sizes in bytes from workspace_bytes(dims, dtype).
-// The tiles t0..t4 hold elements of `dtype` (fp32 for f32 inputs, bf16 for bf16 inputs:
-// halves the scratch, which sets the peak memory); the rest is fp32.
+// The tiles t0, t2, t3, t4 hold elements of `dtype` (fp32 for f32 inputs, bf16 for bf16
+// inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta) and the rest
+// are fp32 always: Delta feeds dA_qk, dv and every gate gradient, and storing it in bf16 was
+// the largest single source of error in dA_log (docs/notes-kda.md).
 struct Workspace {
   // chunk-local tiles, [B, H, Tp, D]: written by the intra / recompute kernel.
   //   forward:  t0 = W,  t1 = U,  t2 = Qp = scale Q~ - A_qk W,  t3 = Kbar,  t4 = Ob = A_qk U
@@ -145,12 +147,13 @@ struct Workspace {
   uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the recompute kernel)
 };
 struct WorkspaceBytes {
-  size_t tile = 0;      // each of t0..t4
+  size_t tile = 0;      // each of t0, t2, t3, t4 (dtype elements)
+  size_t tile1 = 0;     // t1 (fp32 elements)
   size_t gamma = 0;     // gamma and dgamma_s each
   size_t partials = 0;
   size_t counters = 0;
-  size_t forward_total() const { return 5 * tile + gamma; }
-  size_t backward_total() const { return 5 * tile + 2 * gamma + partials + counters; }
+  size_t forward_total() const { return 4 * tile + tile1 + gamma; }
+  size_t backward_total() const { return 4 * tile + tile1 + 2 * gamma + partials + counters; }
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4

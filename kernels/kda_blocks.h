@@ -78,7 +78,7 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kSub = 16;  // sub-block rows of the safe factorisation and of the solve
 
 // ---- per-configuration constants --------------------------------------------------------
-template <int D_, int C_>
+template <int D_, int C_, int NT_ = 256>
 struct Cfg {
   static constexpr int D = D_;         // head dim (K = V = D)
   static constexpr int C = C_;         // chunk length
@@ -88,7 +88,7 @@ struct Cfg {
   static constexpr int LS = KS + 1;    // slice row stride (odd: conflict-free columns)
   static constexpr int LC = C + 1;     // C x C row stride
   static constexpr int LD = D + 1;     // D-wide row stride
-  static constexpr int NTHR = 256;     // threads of the chunk-parallel programs
+  static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
   static constexpr int SLICE = C * LS;
   static constexpr int CC = C * LC;
   // inter (forward scan): V tiles of BV columns, NTHR_I threads
@@ -111,6 +111,8 @@ struct Cfg {
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
+  // the intra adjoint runs one block per SM (its shared memory): it gets 512 threads
+  using Adj = Cfg<D_, C_, 512>;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 13 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
@@ -174,14 +176,20 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
   for (int k0 = 0; k0 < K; k0 += 8) {
     const float a[4] = {a_at(g, k0 + t), a_at(g + 8, k0 + t), a_at(g, k0 + t + 4), a_at(g + 8, k0 + t + 4)};
     const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
-    uint32_t ah[4], al[4], bh[2], bl[2];
-    KDA_UNROLL
-    for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
-    tf32_split(b[0], bh[0], bl[0]);
-    tf32_split(b[1], bh[1], bl[1]);
+    uint32_t ah[4], bh[2];
     if constexpr (kSplit) {
+      uint32_t al[4], bl[2];
+      KDA_UNROLL
+      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+      tf32_split(b[0], bh[0], bl[0]);
+      tf32_split(b[1], bh[1], bl[1]);
       blk.mma_tf32(acc, al, bh);
       blk.mma_tf32(acc, ah, bl);
+    } else {  // one TF32 product: the low parts are never formed
+      KDA_UNROLL
+      for (int i = 0; i < 4; ++i) ah[i] = tf32_round(a[i]);
+      bh[0] = tf32_round(b[0]);
+      bh[1] = tf32_round(b[1]);
     }
     blk.mma_tf32(acc, ah, bh);
   }
@@ -190,17 +198,21 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
 template <bool kSplit, class Blk, class FA1, class FA2, class FB>
 KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a1_at, FA2 a2_at, FB b_at) {
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
+  auto split = [](float x, uint32_t& hi, uint32_t& lo) {
+    if constexpr (kSplit) tf32_split(x, hi, lo);
+    else hi = tf32_round(x);
+  };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
     const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
-    uint32_t bh[2], bl[2];
-    tf32_split(b[0], bh[0], bl[0]);
-    tf32_split(b[1], bh[1], bl[1]);
+    uint32_t bh[2], bl[2] = {0u, 0u};
+    split(b[0], bh[0], bl[0]);
+    split(b[1], bh[1], bl[1]);
     {
       const float a[4] = {a1_at(g, k0 + t), a1_at(g + 8, k0 + t), a1_at(g, k0 + t + 4), a1_at(g + 8, k0 + t + 4)};
-      uint32_t ah[4], al[4];
+      uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
       KDA_UNROLL
-      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+      for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
       if constexpr (kSplit) {
         blk.mma_tf32(acc1, al, bh);
         blk.mma_tf32(acc1, ah, bl);
@@ -209,9 +221,9 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
     }
     {
       const float a[4] = {a2_at(g, k0 + t), a2_at(g + 8, k0 + t), a2_at(g, k0 + t + 4), a2_at(g + 8, k0 + t + 4)};
-      uint32_t ah[4], al[4];
+      uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
       KDA_UNROLL
-      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
+      for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
       if constexpr (kSplit) {
         blk.mma_tf32(acc2, al, bh);
         blk.mma_tf32(acc2, ah, bl);
@@ -663,7 +675,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         zero,
         [&](int r, int c, float v) {
           s2[r * LS + c] = v;
-          st(static_cast<T*>(ws.t1), cp.ws(dm, r, v0 + c), v);
+          st(static_cast<float*>(ws.t1), cp.ws(dm, r, v0 + c), v);
         },
         AllTiles(), KUpToRow());
     blk.sync();
@@ -728,7 +740,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       const int e = tid + m * NT_;
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      Us[r * LBV + jj] = ld(static_cast<const T*>(ws.t1), gi);
+      Us[r * LBV + jj] = ld(static_cast<const float*>(ws.t1), gi);
       Os[r * LBV + jj] = ld(static_cast<const T*>(ws.t4), gi);
     }
     for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
@@ -881,7 +893,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         Wr[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
         Qr[r * LD + i] = ld(static_cast<const T*>(ws.t2), gi);
         Kr[r * LD + i] = ld(static_cast<const T*>(ws.t3), gi);
-        Ur[r * LD + i] = ld(static_cast<const T*>(ws.t1), gi);
+        Ur[r * LD + i] = ld(static_cast<const float*>(ws.t1), gi);
         Dr[r * LD + i] = ld(static_cast<const T*>(ws.t4), gi);
         Or[r * LD + i] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
       }
@@ -901,7 +913,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           const float dl = Ur[r * LD + j] - p[e], dd = Dr[r * LD + j] + q[e];
           Ur[r * LD + j] = dl;
           Dr[r * LD + j] = dd;
-          st(static_cast<T*>(ws.t1), (row0 + r) * D + j, dl);
+          st(static_cast<float*>(ws.t1), (row0 + r) * D + j, dl);
           st(static_cast<T*>(ws.t4), (row0 + r) * D + j, dd);
         }
       } else {
@@ -915,7 +927,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           Ur[r * LD + j] = dl;
           Dr[r * LD + j] = dd;
           const int64_t gi = (row0 + r) * D + j;
-          st(static_cast<T*>(ws.t1), gi, dl);
+          st(static_cast<float*>(ws.t1), gi, dl);
           st(static_cast<T*>(ws.t4), gi, dd);
         }
       }
@@ -1107,7 +1119,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int vs = 0; vs < G::NKS; ++vs) {
       const int v0 = vs * KS;
       load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t1), v0, sk);  // Delta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.t1), v0, sk);  // Delta
       load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t4), v0, X);   // dDelta
       load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
       blk.sync();

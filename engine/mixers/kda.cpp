@@ -340,7 +340,9 @@ struct FusedWorkspace {
   kda::Workspace ws;
   FusedWorkspace(const kda::Dims& d, DType dtype, Device dev, bool backward) {
     const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dtype);
-    for (auto& x : t) x = Tensor::empty({static_cast<int64_t>(wb.tile / dtype_size(dtype))}, dtype, dev);
+    for (int i = 0; i < 5; ++i)  // t1 is fp32 (kernels/kda.h)
+      t[i] = i == 1 ? Tensor::empty({static_cast<int64_t>(wb.tile1 / 4)}, DType::f32, dev)
+                    : Tensor::empty({static_cast<int64_t>(wb.tile / dtype_size(dtype))}, dtype, dev);
     gamma = Tensor::empty({static_cast<int64_t>(wb.gamma / 4)}, DType::f32, dev);
     ws.t0 = t[0].data_ptr(); ws.t1 = t[1].data_ptr(); ws.t2 = t[2].data_ptr();
     ws.t3 = t[3].data_ptr(); ws.t4 = t[4].data_ptr();

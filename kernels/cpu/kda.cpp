@@ -273,6 +273,7 @@ namespace lt::kda {
 WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   WorkspaceBytes w;
   w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * dtype_size(dtype);
+  w.tile1 = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
   w.counters = static_cast<size_t>(dm.H) * sizeof(uint32_t);
@@ -412,8 +413,9 @@ void twin_backward(const FusedArgs& a, const Workspace& ws) {
   emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
   });
-  emulate_grid(NT * BH, G::NTHR, G::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_adjoint_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  using GA = typename G::Adj;
+  emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::intra_adjoint_program<GA, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
   });
 }
 

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T, bool kTC>
+template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads)
 __global__ void __launch_bounds__(G::NTHR) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
@@ -106,10 +106,11 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true, kTC>;
   auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
-  auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<G, T, kTC>;
+  using GA = typename G::Adj;
+  auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<GA, T, kTC>;
   const size_t smem_re = G::kIntraFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
-  const size_t smem_ia = G::kIntraAdjFloats * sizeof(float);
+  const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_bwd_recompute, smem_re);
     allow_smem(kda_bwd_inter_adjoint, smem_adj);
@@ -127,7 +128,7 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
   }
   {
     StageScope st("intra_adjoint");
-    LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_ia, s, a, ws);
+    LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
   }
 }
 

@@ -60,7 +60,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   const size_t tile_elems = wb.tile / dtype_size(c.dtype);
   std::vector<Typed> t;
-  for (int i = 0; i < 5; ++i) t.emplace_back(c.dtype, tile_elems);
+  for (int i = 0; i < 5; ++i) t.emplace_back(i == 1 ? DType::f32 : c.dtype, tile_elems);  // t1 fp32
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
   auto poison_ws = [&] {

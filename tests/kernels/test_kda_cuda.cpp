@@ -73,7 +73,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   auto make_ws = [&] {
     Workspace ws;
-    ws.t0 = dev.get(wb.tile); ws.t1 = dev.get(wb.tile); ws.t2 = dev.get(wb.tile);
+    ws.t0 = dev.get(wb.tile); ws.t1 = dev.get(wb.tile1); ws.t2 = dev.get(wb.tile);
     ws.t3 = dev.get(wb.tile); ws.t4 = dev.get(wb.tile);
     ws.gamma = static_cast<float*>(dev.get(wb.gamma)); ws.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
     ws.partials = static_cast<float*>(dev.get(wb.partials));
