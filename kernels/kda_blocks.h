@@ -111,8 +111,10 @@ struct Cfg {
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
-  // the intra adjoint runs one block per SM (its shared memory): it gets 512 threads
-  using Adj = Cfg<D_, C_, 512>;
+  // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
+  // more latency there (measured 0.92 -> 0.74 ms at B8 T512 H12 D64). At C <= 32 several
+  // 256-thread blocks fit per SM and 512 threads were slower (0.51 -> 0.67 ms at C = 32).
+  using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 13 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
