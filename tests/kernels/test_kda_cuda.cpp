@@ -114,6 +114,17 @@ const Result& reference(const Case& c, const Data& x) {
   return cache.emplace(key.name(), std::move(r)).first->second;
 }
 
+// The float32 naive recurrence on the same inputs (what fp32 itself costs), cached likewise.
+const Result& reference_f32(const Case& c, const Data& x) {
+  static std::map<std::string, Result> cache;
+  Case key = c;
+  key.dims.C = 0;
+  key.simt = false;
+  auto it = cache.find(key.name());
+  if (it != cache.end()) return it->second;
+  return cache.emplace(key.name(), run_naive_f32(c, x)).first->second;
+}
+
 }  // namespace
 
 TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
@@ -152,11 +163,13 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
     const Result& ref = reference(c, x);
     const Result got = run_fused_cuda(c, x);
     const ErrReport e = compare(got, ref, false, true, true);
+    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
-    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
+    const Gated gt = gate_errors(e, e32, tol);
+    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
     (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) = std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
-    INFO(c.name() << " seed " << s << e.str());
-    CHECK(e.worst() < tol);
+    INFO(c.name() << " seed " << s << e.str() << gt.adapted);
+    CHECK(gt.pass);
   }
   std::printf("[kda] cuda fused vs naive: worst f32 %.2e (tol 1e-5), worst bf16 %.2e (tol 1e-2), seed %llu\n",
               worst_f32, worst_bf16, (unsigned long long)seed);
@@ -246,11 +259,15 @@ TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]")
     const Result ops_r = run_path(c, t, mixers::KdaPath::ops);
     const Result fused_r = run_path(c, t, mixers::KdaPath::fused);
     const ErrReport e = compare(fused_r, ops_r, false, true, c.h0);
-    // the ops path computes bf16 inputs in f32: the comparison then carries bf16 rounding
+    // the ops path computes bf16 inputs in f32: the comparison then carries bf16 rounding.
+    // Adaptive gate (kda_testing.h): what the naive f32 recurrence itself misses the ops
+    // result by, on these inputs.
+    const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, c.h0);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
-    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s\n", c.name().c_str(), e.worst(), e.str().c_str());
-    INFO(c.name() << " seed " << seed + i << e.str());
-    CHECK(e.worst() < tol);
+    const Gated gt = gate_errors(e, e32, tol);
+    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted);
+    CHECK(gt.pass);
   }
 }
 
