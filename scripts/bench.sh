@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the benchmark rows of a config (default configs/bench-mixers.json) with kbench.
-#   bash scripts/bench.sh [BUILD_DIR] [CONFIG] [OUT_DIR]
+#   bash scripts/bench.sh [BUILD_DIR | KBENCH_EXE] [CONFIG] [OUT_DIR]
 # Each row becomes `kbench <bench> --B .. --T .. ... --json OUT_DIR/<n>-<bench>.json`.
 # Rows whose bench needs a GPU report the CPU fallback or say why they cannot run.
 set -euo pipefail
@@ -8,6 +8,7 @@ build=${1:-build}
 config=${2:-configs/bench-mixers.json}
 out=${3:-out/bench}
 kbench="$build/apps/kbench"
+[ -f "$build" ] && kbench="$build"
 [ -x "$kbench" ] || { echo "bench.sh: $kbench not found: build first (bash scripts/setup.sh)" >&2; exit 2; }
 [ -f "$config" ] || { echo "bench.sh: config '$config' not found" >&2; exit 2; }
 mkdir -p "$out"

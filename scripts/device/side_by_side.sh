@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One device call: lintrain's GPU tests and benchmark rows, then fla (the peer) at the same
+# shapes, on the same GPU, in the same run. Run on the GPU machine from the repo root:
+#
+#   bash scripts/device/side_by_side.sh BUNDLE OUT SECONDS [FLA_CASES...]
+#
+# BUNDLE   a folder made by shared/tools/bundle-for-device holding kbench and lintrain_cuda_tests
+# OUT      where results go (at most 8 files: env.txt, tests.log, lintrain.log,
+#          lintrain.jsonl, fla.log, fla_bench.jsonl, triton-cache.tgz)
+# SECONDS  wall budget for the whole script; fla gets what lintrain leaves (its harness skips
+#          cases that would not fit and writes them as skipped)
+# FLA_CASES  op:dtype:B:T:H:D[:chunk[:form]] (scripts/peer/fla_mixer_bench.py); fla needs
+#          .peer/fla-src (docs/PEER.md) and reuses .peer/triton-cache.tgz when present.
+set -uo pipefail
+bundle=${1:?bundle}; out=${2:?out}; budget=${3:?seconds}; shift 3
+start=$(date +%s); end=$((start + budget))
+mkdir -p "$out"
+q="--query-gpu=name,clocks.sm,clocks.mem,driver_version,temperature.gpu,utilization.gpu"
+{ date -u; nvidia-smi $q --format=csv; } > "$out/env.txt"
+
+# 1. GPU tests of the integrated tree.
+"$bundle/run-in-bundle" "$bundle/bin/lintrain_cuda_tests" 2>&1 | tail -n 400 > "$out/tests.log"
+echo "lintrain_cuda_tests rc=${PIPESTATUS[0]} ($(( $(date +%s) - start )) s)" | tee -a "$out/tests.log"
+
+# 2. Benchmark rows (configs/bench-mixers.json), one JSON line per row.
+rows=$(mktemp -d)
+"$bundle/run-in-bundle" bash scripts/bench.sh "$bundle/bin/kbench" configs/bench-mixers.json "$rows" > "$out/lintrain.log" 2>&1 \
+  || echo "bench.sh: some rows failed (see lintrain.log)" | tee -a "$out/lintrain.log"
+for f in "$rows"/*.json; do [ -f "$f" ] && { printf '{"row":"%s","result":' "$(basename "$f" .json)"; tr -d '\n' < "$f"; echo '}'; }; done > "$out/lintrain.jsonl"
+echo "lintrain done at $(( $(date +%s) - start )) s" | tee -a "$out/lintrain.log"
+
+# 3. fla side by side, in what is left.
+if [ $# -gt 0 ] && [ -d .peer/fla-src ]; then
+  export PYTHONPATH=$PWD/.peer/fla-src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
+  cache_in=(); [ -f .peer/triton-cache.tgz ] && cache_in=(--cache-in .peer/triton-cache.tgz)
+  fla_end=$((end - 25))
+  t=$((fla_end + 10 - $(date +%s))); [ $t -lt 1 ] && t=1
+  timeout -s INT -k 5 $t python3 scripts/peer/fla_mixer_bench.py --cases "$@" --out "$out/fla_bench.jsonl" \
+    --deadline-epoch $fla_end "${cache_in[@]}" >> "$out/fla.log" 2>&1
+  echo "fla rc=$? at $(( $(date +%s) - start )) s" | tee -a "$out/fla.log"
+  python3 scripts/peer/fla_mixer_bench.py --pack-only --cache-out "$out/triton-cache.tgz" >> "$out/fla.log" 2>&1
+fi
+{ date -u; nvidia-smi $q --format=csv,noheader; } >> "$out/env.txt"
+tail -n 30 "$out/fla.log" 2>/dev/null
