@@ -64,6 +64,7 @@ Timing summarize(std::vector<double> ms) {
 MultiTiming time_regions(const std::function<void(int, const MarkFn&)>& fn, int nmarks,
                          const TimingOptions& opt, void* stream, bool device) {
   if (nmarks < 2) throw std::invalid_argument("time_regions: need at least two marks");
+  (void)stream;  // used only with CUDA
   std::vector<std::vector<double>> per(static_cast<size_t>(nmarks - 1));
   std::vector<double> total;
 #if LINTRAIN_WITH_CUDA
@@ -118,6 +119,7 @@ MultiTiming time_regions(const std::function<void(int, const MarkFn&)>& fn, int 
 }
 
 std::vector<StageRow> time_stages(const std::function<void()>& fn, int reps, void* stream, bool device) {
+  (void)stream;  // used only with CUDA
   struct Rec {
     std::string stage;
 #if LINTRAIN_WITH_CUDA

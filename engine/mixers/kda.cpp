@@ -374,8 +374,11 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   a.ht = out.ht.defined() ? out.ht.data<float>() : nullptr;
   a.h = sv.h.data<float>();
   FusedWorkspace w(d, in.q.dtype(), dev, false);
+#if LINTRAIN_WITH_CUDA
   if (dev.is_cuda()) kda::fused_forward_cuda(a, w.ws, current_stream(dev).handle());
-  else kda::fused_forward_cpu(a, w.ws);
+  else
+#endif
+    kda::fused_forward_cpu(a, w.ws);
   sv.in = in;
   return out;
 }
@@ -405,8 +408,11 @@ KdaGrads fused_backward_path(const KdaSaved& sv, const Tensor& dO_, const Tensor
   a.ddt_bias = g.ddt_bias.data<float>();
   a.dh0 = g.dh0.defined() ? g.dh0.data<float>() : nullptr;
   FusedWorkspace w(d, in.q.dtype(), dev, true);
+#if LINTRAIN_WITH_CUDA
   if (dev.is_cuda()) kda::fused_backward_cuda(a, w.ws, current_stream(dev).handle());
-  else kda::fused_backward_cpu(a, w.ws);
+  else
+#endif
+    kda::fused_backward_cpu(a, w.ws);
   return g;
 }
 
