@@ -62,6 +62,11 @@ struct InputSet {
 };
 
 int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
+  // Validate before touching a device, so a bad flag is exit 2 on any machine.
+  if (!(o.D == 64 || o.D == 128 || o.D == 256))
+    throw std::invalid_argument("kbench rwkv6: --D must be 64, 128 or 256, got " + std::to_string(o.D));
+  if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
+    throw std::invalid_argument("kbench rwkv6: --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
   const DType dt = parse_bench_dtype(o.dtype);
   const bool device = cuda_available();
   const Device dev = device ? Device::cuda(0) : Device::cpu();
