@@ -17,7 +17,7 @@
 //                 (kernels/kda_blocks.h) run by an emulated thread block (std::barrier),
 //                 so the kernels' index arithmetic and barriers are tested without a GPU.
 //   fused_* (CUDA) kernels/cuda/kda.cu: forward = 2 launches (intra, inter), backward =
-//                 3 launches (recompute, inter adjoint, intra adjoint).
+//                 3 launches (aqk_dO, inter adjoint, intra adjoint).
 // The ops path (chunk algorithm from runtime ops) lives in engine/mixers/kda.cpp.
 //
 // Layouts (row-major, int64 index arithmetic):
@@ -127,46 +127,60 @@ struct FusedArgs {
 // Scratch of the fused path, from the caller (the engine takes it from the caching
 // allocator). Every buffer is fully overwritten by the kernel that produces it, so it may be
 // handed over uninitialised. Sizes in bytes from workspace_bytes(dims, dtype).
-// The tiles t0, t2, t3, t4 hold elements of `dtype` (fp32 for f32 inputs, bf16 for bf16
-// inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta) and the rest
-// are fp32 always: Delta feeds dA_qk, dv and every gate gradient, and storing it in bf16 was
-// the largest single source of error in dA_log (docs/notes-kda.md).
+// The tiles t0, t2, t3, t4, sq and aqk hold elements of `dtype` (fp32 for f32 inputs, bf16
+// for bf16 inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta) and
+// the rest are fp32 always: Delta feeds dA_qk, dv and every gate gradient, and storing it in
+// bf16 was the largest single source of error in dA_log (docs/notes-kda.md).
+//
+// Forward -> backward contract (the backward does not recompute the intra-chunk products):
+//   forward writes  t0 = W, t1 = U, t2 = Qp = scale Q~ - A_qk W, t3 = Kbar, t4 = Ob = A_qk U,
+//                   sq = scale Q~, aqk = A_qk, gamma.  t2 and t4 are forward-only scratch.
+//   backward reads  t0, t1, t3, aqk and gamma as the forward left them, and takes t2 = the
+//                   forward's sq (so a backward Workspace has t2 = forward sq, a fresh t4,
+//                   and needs neither sq nor the forward's t2 / t4). It rewrites t0..t4 in
+//                   place (t0 W -> X_w, t1 U -> Delta, t2 scale Q~ -> X_q, t3 Kbar -> X_k,
+//                   t4 = A_qk^T dO -> dDelta), so one forward's tiles serve one backward.
 struct Workspace {
-  // chunk-local tiles, [B, H, Tp, D]: written by the intra / recompute kernel.
-  //   forward:  t0 = W,  t1 = U,  t2 = Qp = scale Q~ - A_qk W,  t3 = Kbar,  t4 = Ob = A_qk U
-  //   backward: t0 = W -> X_w, t1 = U -> Delta, t2 = scale Q~ -> X_q, t3 = Kbar -> X_k,
-  //             t4 = A_qk^T dO -> dDelta   (the inter adjoint rewrites each in place)
+  // chunk-local tiles, [B, H, Tp, D]
   void* t0 = nullptr;
   void* t1 = nullptr;
   void* t2 = nullptr;
   void* t3 = nullptr;
   void* t4 = nullptr;
+  void* sq = nullptr;         // forward: scale Q~ [B, H, Tp, D] (the backward's t2)
+  void* aqk = nullptr;        // A_qk [B, H, Tp, C], row r of a chunk: A_qk[r][s], 0 for s > r
   float* gamma = nullptr;     // [B, H, NT, D] chunk gate totals (natural log)
   float* dgamma_s = nullptr;  // [B, H, NT, D] backward: e^gamma * sum_v S*S'
   float* partials = nullptr;  // [B*NT, H, D+1] backward: ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the recompute kernel)
+  uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the aqk_dO kernel)
 };
 struct WorkspaceBytes {
-  size_t tile = 0;      // each of t0, t2, t3, t4 (dtype elements)
+  size_t tile = 0;      // each of t0, t2, t3, t4, sq (dtype elements)
   size_t tile1 = 0;     // t1 (fp32 elements)
+  size_t aqk = 0;       // aqk (dtype elements, [B, H, Tp, C])
   size_t gamma = 0;     // gamma and dgamma_s each
   size_t partials = 0;
   size_t counters = 0;
-  size_t forward_total() const { return 4 * tile + tile1 + gamma; }
-  size_t backward_total() const { return 4 * tile + tile1 + 2 * gamma + partials + counters; }
+  // what a forward allocates (t0..t4, sq, aqk, gamma); what it keeps for the backward
+  // (t0, t1, t3, sq, aqk, gamma); what a backward allocates on top of that (t4, dgamma_s,
+  // partials, counters)
+  size_t forward_total() const { return 5 * tile + tile1 + aqk + gamma; }
+  size_t saved_total() const { return 3 * tile + tile1 + aqk + gamma; }
+  size_t backward_total() const { return tile + gamma + partials + counters; }
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 
-// Throws std::invalid_argument naming the problem (D, C, dtype, null pointers).
+// Throw std::invalid_argument naming the problem (D, C, dtype, null pointers).
 void check_fused_args(const FusedArgs& a, bool backward);
+void check_workspace(const Workspace& ws, bool backward);
 
 // CPU twins (emulated thread blocks; slow: for tests at small shapes).
 void fused_forward_cpu(const FusedArgs& a, const Workspace& ws);
 void fused_backward_cpu(const FusedArgs& a, const Workspace& ws);
 
 // CUDA (kernels/cuda/kda.cu; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
-// Stage scopes "intra", "inter" (forward) and "recompute", "inter_adjoint",
+// Stage scopes "intra", "inter" (forward) and "aqk_dO", "inter_adjoint",
 // "intra_adjoint" (backward) name the launches in the launch atlas.
 void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
 void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);

@@ -30,18 +30,20 @@
 //
 // Launches (grids are 1-D, block index = bh * NT + n or bh * NV + vt):
 //   intra      (fwd)  grid NT*B*H   : Gamma, A_qk, Tm, W, U, Qp = scale Q~ - A_qk W,
-//                                     Kbar, Ob = A_qk U, gamma -> workspace t0..t4
+//                                     Kbar, Ob = A_qk U, gamma -> workspace t0..t4; and,
+//                                     kept for the backward, scale Q~ -> sq, A_qk -> aqk
 //   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
 //                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
 //                                     S <- e^gamma S + Kbar^T Delta
-//   recompute  (bwd)  grid NT*B*H   : the intra program again, writing W, U, scale Q~, Kbar
-//                                     and A_qk^T dO instead of Qp / Ob
+//   aqk_dO     (bwd)  grid NT*B*H   : A_qk^T dO -> t4 from the saved A_qk (the forward's
+//                                     W, U, scale Q~, Kbar and gamma are reused as saved:
+//                                     the backward recomputes no intra-chunk product)
 //   inter_adjoint     grid B*H      : reverse over chunks with S' (dS after the chunk):
 //                                     Delta = U - W S, dDelta = A_qk^T dO + Kbar S',
 //                                     X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T,
 //                                     dgamma_s = e^gamma sum_v S S',
 //                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
-//                                     (in place over the recompute's tiles; no dS trajectory)
+//                                     (in place over the saved tiles; no dS trajectory)
 //   intra_adjoint     grid NT*B*H   : everything chunk-local: dA_qk = dO Delta^T, dTm,
 //                                     dA = -Tm^T dTm Tm^T, dV, dbeta, the P adjoints, the
 //                                     chunk-decay terms, reverse cumsum, gate / L2 / sigmoid
@@ -86,7 +88,9 @@ struct Cfg {
   static constexpr int NKS = D / KS;   // slices per row
   static constexpr int NB = C / kSub;  // sub-blocks per chunk
   static constexpr int LS = KS + 1;    // slice row stride (odd: conflict-free columns)
-  static constexpr int LC = C + 1;     // C x C row stride
+  static constexpr int LC = C + 4;     // C x C row stride: 4 mod 32 makes the mma A-fragment
+                                       // reads (g, t) of C x C tiles conflict-free (odd: up
+                                       // to 4-way) and the transposed ones (t, g) 2-way
   static constexpr int LD = D + 1;     // D-wide row stride
   static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
   static constexpr int SLICE = C * LS;
@@ -103,12 +107,13 @@ struct Cfg {
   static constexpr int NTHR_A = D == 128 ? 512 : 256;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
   static_assert((C * KS) % NTHR == 0, "slice loops are uniform over threads");
-  static_assert((C * D) % NTHR == 0);
+  static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
   static_assert((C * BV) % NTHR_I == 0 && (D * BV) % NTHR_I == 0 && NTHR_I % BV == 0);
   static_assert((D * D) % NTHR_A == 0 && (RB * D) % NTHR_A == 0);
 
   // shared memory, in floats
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
+  static constexpr int kAqkFloats = CC + SLICE;
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
@@ -156,9 +161,18 @@ KDA_DEV void st(T* p, int64_t i, float v) {
 // keeps fp32-level accuracy (the dropped lo lo term is ~2^-22 relative); used for f32 inputs.
 // Without it (bf16 inputs) one TF32 product: ~2^-11 relative per product.
 KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
+#if defined(__CUDA_ARCH__)
+  // One cvt instead of the integer emulation below (4-5 integer instructions: 38 % of the
+  // inter adjoint's instructions, ncu run 6). Same bits for every finite x; the mask keeps
+  // the low 13 bits zero, which tf32_split relies on for its low part.
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r & 0xffffe000u;
+#else
   uint32_t u = float_bits(x);
   if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
   return u & 0xffffe000u;
+#endif
 }
 KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e -> (row, col)
   r = (lane >> 2) + ((e & 2) ? 8 : 0);
@@ -322,25 +336,38 @@ KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at,
   }
 }
 
-// Where chunk n of sequence (b, h) lives.
+// Where chunk n of sequence (b, h) lives. The int64 bases are computed once per block, so
+// the per-element index is one multiply-add: Dims::NT() is an int64 division (a long
+// software sequence on the GPU) and was 12 % of the intra kernel's instructions when it was
+// evaluated per element (ncu, docs/notes-kda.md run 6).
 struct ChunkPos {
   int64_t b, h, bh, n, t0;
-  int L;  // valid rows
+  int L;              // valid rows
+  int64_t NT;         // chunks per sequence
+  int64_t in_base;    // element (0, 0) of the chunk in a [B,T,H,D] input
+  int64_t in_rstride; // H * D: one token row of a [B,T,H,D] input
+  int64_t row_base;   // row 0 of the chunk in a [B,T,H] input
+  int64_t ws_row;     // row 0 of the chunk in a [B,H,Tp,*] workspace tile
+  int64_t ws_base;    // element (0, 0) of the chunk in a [B,H,Tp,D] workspace tile
+  int D;
   KDA_DEV ChunkPos(const Dims& dm, int64_t bh_, int64_t n_)
       : b(bh_ / dm.H), h(bh_ % dm.H), bh(bh_), n(n_), t0(n_ * dm.C) {
     const int64_t rest = dm.T - t0;
     L = static_cast<int>(rest < dm.C ? rest : dm.C);
+    NT = dm.NT();
+    D = dm.D;
+    in_rstride = dm.H * dm.D;
+    row_base = (b * dm.T + t0) * dm.H + h;
+    in_base = row_base * dm.D;
+    ws_row = bh * NT * dm.C + t0;
+    ws_base = ws_row * dm.D;
   }
   // element (r, col) of a [B,T,H,D] input; row of a [B,T,H] input
-  KDA_DEV int64_t in(const Dims& dm, int r, int col) const {
-    return ((b * dm.T + t0 + r) * dm.H + h) * dm.D + col;
-  }
-  KDA_DEV int64_t in_row(const Dims& dm, int r) const { return (b * dm.T + t0 + r) * dm.H + h; }
-  // element (r, col) of a [B,H,Tp,D] workspace tile
-  KDA_DEV int64_t ws(const Dims& dm, int r, int col) const {
-    return (bh * dm.Tp() + t0 + r) * dm.D + col;
-  }
-  KDA_DEV int64_t gam(const Dims& dm, int col) const { return (bh * dm.NT() + n) * dm.D + col; }
+  KDA_DEV int64_t in(const Dims&, int r, int col) const { return in_base + r * in_rstride + col; }
+  KDA_DEV int64_t in_row(const Dims& dm, int r) const { return row_base + r * dm.H; }
+  // element (r, col) of a [B,H,Tp,D] workspace tile (r < C, so r * D fits in int)
+  KDA_DEV int64_t ws(const Dims&, int r, int col) const { return ws_base + (r * D + col); }
+  KDA_DEV int64_t gam(const Dims&, int col) const { return (bh * NT + n) * D + col; }
 };
 
 KDA_DEV float resolved_scale(const FusedArgs& a) {
@@ -580,9 +607,9 @@ struct KFromRow {  // sum over k >= r
 };
 
 // ======================================================================================
-// intra (forward, kBwd = false) and recompute (backward, kBwd = true)
+// intra (forward)
 // ======================================================================================
-template <class G, class T, bool kBwd, bool kTC, class Blk>
+template <class G, class T, bool kTC, class Blk>
 KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
                            int64_t n, float* smem) {
   const Dims& dm = a.dims;
@@ -607,9 +634,6 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   float* gs = s3 + G::SLICE;
   float* s5 = gs + G::SLICE;
 
-  if (kBwd && bh == 0 && n == 0)
-    for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
-
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = blk.tid(); e < C * LC; e += NTHR) {
     Pq[e] = 0.0f;
@@ -624,19 +648,25 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     blk.sync();
     accumulate_scores<G, kTC, kSplit, true>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
   }
+  T* aqk = static_cast<T*>(ws.aqk) + cp.ws_row * C;  // row 0 of the chunk, [C][C]
   for (int e = blk.tid(); e < C * C; e += NTHR) {
     const int r = e / C, s = e % C;
-    Pq[r * LC + s] = s <= r ? scale * Pq[r * LC + s] : 0.0f;
+    const float aq = s <= r ? scale * Pq[r * LC + s] : 0.0f;
+    Pq[r * LC + s] = aq;
+    st(aqk, e, aq);
     Pk[r * LC + s] = s < r ? be[r] * Pk[r * LC + s] : 0.0f;
   }
   blk.sync();
   solve_unit_lower<G>(blk, Pk, Tm, Z);
 
   // ---- W, Qp (or scale Q~), Kbar, gamma: K slices ------------------------------------------
+  // In reverse slice order: s0 (q^), s1 (k^) and gs (Gamma) still hold the last slice of the
+  // score loop (accumulate_scores and the solve write only s2, s3, s5, Pq, Pk, Tm, Z), so
+  // that slice is not loaded and its gate not computed a second time.
   auto zero = [](int, int) { return 0.0f; };
-  for (int ks = 0; ks < G::NKS; ++ks) {
+  for (int ks = G::NKS - 1; ks >= 0; --ks) {
     const int k0 = ks * KS;
-    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
+    if (ks != G::NKS - 1) load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
     for (int e = blk.tid(); e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
       const float g = gs[r * LS + c];
@@ -644,7 +674,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       s2[r * LS + c] = be[r] * s1[r * LS + c] * eg;   // beta K~
       s3[r * LS + c] = scale * s0[r * LS + c] * eg;   // scale Q~
       st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), s1[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - g));
-      if (kBwd) st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c]);
+      st(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c]);
     }
     for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
     blk.sync();
@@ -658,19 +688,17 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         },
         AllTiles(), KUpToRow());
     blk.sync();
-    if (!kBwd) {  // Qp = scale Q~ - A_qk W
-      block_product<kTC, kSplit, NTHR>(
-          blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; },
-          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
-          AllTiles(), KUpToRow());
-      blk.sync();
-    }
+    // Qp = scale Q~ - A_qk W
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; },
+        zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
+        AllTiles(), KUpToRow());
+    blk.sync();
   }
-  // ---- U, Ob (or A_qk^T dO): V slices -----------------------------------------------------
+  // ---- U, Ob: V slices ----------------------------------------------------------------------
   for (int vs = 0; vs < G::NKS; ++vs) {
     const int v0 = vs * KS;
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.v), v0, be, s0);  // beta V
-    if (kBwd) load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, s1);
     blk.sync();
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; },
@@ -681,17 +709,45 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         },
         AllTiles(), KUpToRow());
     blk.sync();
-    if (!kBwd) {  // Ob = A_qk U
-      block_product<kTC, kSplit, NTHR>(
-          blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
-          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
-          KUpToRow());
-    } else {  // A_qk^T dO
-      block_product<kTC, kSplit, NTHR>(
-          blk, C, KS, C, [&](int r, int m) { return Pq[m * LC + r]; }, [&](int m, int c) { return s1[m * LS + c]; },
-          zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
-          KFromRow());
-    }
+    // Ob = A_qk U
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
+        zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
+        KUpToRow());
+    blk.sync();
+  }
+}
+
+// ======================================================================================
+// aqk_dO (backward, first launch): t4 = A_qk^T dO from the forward's saved A_qk; also zeroes
+// the intra adjoint's per-head counters. Shared: A_qk [C][LC] and one dO slice [C][LS].
+// ======================================================================================
+template <class G, class T, bool kTC, class Blk>
+KDA_DEV void aqk_dO_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh, int64_t n,
+                            float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const ChunkPos cp(dm, bh, n);
+  float* Aq = smem;          // [C][LC] A_qk
+  float* dOs = Aq + G::CC;   // [C][LS] dO slice (0 on rows >= L)
+  if (bh == 0 && n == 0)
+    for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
+  const T* aqk = static_cast<const T*>(ws.aqk) + cp.ws_row * C;
+  KDA_UNROLL_N(8)
+  for (int m = 0; m < C * C / NTHR; ++m) {
+    const int e = blk.tid() + m * NTHR;
+    Aq[(e / C) * LC + e % C] = ld(aqk, e);
+  }
+  auto zero = [](int, int) { return 0.0f; };
+  for (int vs = 0; vs < G::NKS; ++vs) {
+    const int v0 = vs * KS;
+    load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, dOs);
+    blk.sync();  // (first pass: also orders the A_qk loads)
+    block_product<kTC, kSplit, NTHR>(
+        blk, C, KS, C, [&](int r, int m) { return Aq[m * LC + r]; }, [&](int m, int c) { return dOs[m * LS + c]; },
+        zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
+        KFromRow());
     blk.sync();
   }
 }

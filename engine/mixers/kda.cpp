@@ -50,8 +50,12 @@ struct KdaSaved {
   KdaInputs in;            // the caller's tensors (refcounted, no copies)
   kda::Dims dims;
   bool has_h0 = false;
-  // fused
+  // fused: the state trajectory and the forward's intra-chunk tiles (kernels/kda.h,
+  // Workspace: W, U, scale Q~, Kbar, A_qk, gamma). The backward rewrites the tiles in
+  // place, so they serve one backward: a second one on the same saved state throws.
   Tensor h;                // [B,H,NT,D,D] f32 state trajectory
+  Tensor W, U, sQ, Kbar, Aqk, gamma;
+  bool consumed = false;
   // ops (chunked layout, compute dtype)
   struct Ops {
     Tensor qh, kh, rq, rk, beta, v, x, g, Gam, gam, Pkk, A, Aqk, W, U, Kt, Qt, Kb, h, Delta, valid;
@@ -335,29 +339,10 @@ kda::FusedArgs fused_args(const KdaInputs& in, const KdaConfig& cfg, const kda::
   return a;
 }
 
-struct FusedWorkspace {
-  Tensor t[5], gamma, dgamma_s, partials, counters;
-  kda::Workspace ws;
-  FusedWorkspace(const kda::Dims& d, DType dtype, Device dev, bool backward) {
-    const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dtype);
-    for (int i = 0; i < 5; ++i)  // t1 is fp32 (kernels/kda.h)
-      t[i] = i == 1 ? Tensor::empty({static_cast<int64_t>(wb.tile1 / 4)}, DType::f32, dev)
-                    : Tensor::empty({static_cast<int64_t>(wb.tile / dtype_size(dtype))}, dtype, dev);
-    gamma = Tensor::empty({static_cast<int64_t>(wb.gamma / 4)}, DType::f32, dev);
-    ws.t0 = t[0].data_ptr(); ws.t1 = t[1].data_ptr(); ws.t2 = t[2].data_ptr();
-    ws.t3 = t[3].data_ptr(); ws.t4 = t[4].data_ptr();
-    ws.gamma = gamma.data<float>();
-    if (backward) {
-      dgamma_s = Tensor::empty({static_cast<int64_t>(wb.gamma / 4)}, DType::f32, dev);
-      partials = Tensor::empty({static_cast<int64_t>(wb.partials / 4)}, DType::f32, dev);
-      counters = Tensor::empty({static_cast<int64_t>(wb.counters / 4)}, DType::i32, dev);
-      ws.dgamma_s = dgamma_s.data<float>();
-      ws.partials = partials.data<float>();
-      ws.counters = static_cast<uint32_t*>(counters.data_ptr());
-    }
-  }
-};
-
+// Scratch from the caching allocator (never zeroed: every buffer is fully overwritten).
+Tensor tile_of(size_t bytes, DType dtype, Device dev) {
+  return Tensor::empty({static_cast<int64_t>(bytes / dtype_size(dtype))}, dtype, dev);
+}
 Tensor f32_contig(const Tensor& t) { return t.defined() ? t.to(DType::f32).contiguous() : t; }
 
 KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const kda::Dims& d, KdaSaved& sv) {
@@ -373,17 +358,32 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   a.o = out.o.data_ptr();
   a.ht = out.ht.defined() ? out.ht.data<float>() : nullptr;
   a.h = sv.h.data<float>();
-  FusedWorkspace w(d, in.q.dtype(), dev, false);
+  const DType dt = in.q.dtype();
+  const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
+  sv.W = tile_of(wb.tile, dt, dev);
+  sv.U = tile_of(wb.tile1, DType::f32, dev);
+  sv.sQ = tile_of(wb.tile, dt, dev);
+  sv.Kbar = tile_of(wb.tile, dt, dev);
+  sv.Aqk = tile_of(wb.aqk, dt, dev);
+  sv.gamma = tile_of(wb.gamma, DType::f32, dev);
+  const Tensor Qp = tile_of(wb.tile, dt, dev), Ob = tile_of(wb.tile, dt, dev);  // forward only
+  kda::Workspace ws;
+  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = Qp.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
+  ws.t4 = Ob.data_ptr(); ws.sq = sv.sQ.data_ptr(); ws.aqk = sv.Aqk.data_ptr(); ws.gamma = sv.gamma.data<float>();
 #if LINTRAIN_WITH_CUDA
-  if (dev.is_cuda()) kda::fused_forward_cuda(a, w.ws, current_stream(dev).handle());
+  if (dev.is_cuda()) kda::fused_forward_cuda(a, ws, current_stream(dev).handle());
   else
 #endif
-    kda::fused_forward_cpu(a, w.ws);
+    kda::fused_forward_cpu(a, ws);
   sv.in = in;
   return out;
 }
 
-KdaGrads fused_backward_path(const KdaSaved& sv, const Tensor& dO_, const Tensor& dht_) {
+KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_) {
+  if (sv.consumed)
+    throw std::invalid_argument(
+        "kda_backward: the fused path's saved tiles were consumed by an earlier backward on this "
+        "saved state (they are rewritten in place); run the forward again");
   const KdaInputs& in = sv.in;
   const kda::Dims& d = sv.dims;
   const Device dev = in.q.device();
@@ -407,12 +407,21 @@ KdaGrads fused_backward_path(const KdaSaved& sv, const Tensor& dO_, const Tensor
   a.dA_log = g.dA_log.data<float>();
   a.ddt_bias = g.ddt_bias.data<float>();
   a.dh0 = g.dh0.defined() ? g.dh0.data<float>() : nullptr;
-  FusedWorkspace w(d, in.q.dtype(), dev, true);
+  const DType dt = in.q.dtype();
+  const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
+  const Tensor t4 = tile_of(wb.tile, dt, dev), dgamma_s = tile_of(wb.gamma, DType::f32, dev);
+  const Tensor partials = tile_of(wb.partials, DType::f32, dev), counters = tile_of(wb.counters, DType::i32, dev);
+  kda::Workspace ws;
+  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = sv.sQ.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
+  ws.t4 = t4.data_ptr(); ws.aqk = sv.Aqk.data_ptr(); ws.gamma = sv.gamma.data<float>();
+  ws.dgamma_s = dgamma_s.data<float>(); ws.partials = partials.data<float>();
+  ws.counters = static_cast<uint32_t*>(counters.data_ptr());
 #if LINTRAIN_WITH_CUDA
-  if (dev.is_cuda()) kda::fused_backward_cuda(a, w.ws, current_stream(dev).handle());
+  if (dev.is_cuda()) kda::fused_backward_cuda(a, ws, current_stream(dev).handle());
   else
 #endif
-    kda::fused_backward_cpu(a, w.ws);
+    kda::fused_backward_cpu(a, ws);
+  sv.consumed = true;  // (argument errors throw before any kernel runs: the tiles are intact then)
   return g;
 }
 

@@ -274,6 +274,7 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   WorkspaceBytes w;
   w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * dtype_size(dtype);
   w.tile1 = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
+  w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
   w.counters = static_cast<size_t>(dm.H) * sizeof(uint32_t);
@@ -298,6 +299,13 @@ void check_fused_args(const FusedArgs& a, bool backward) {
   if (!backward && !a.o) fail("missing output o");
   if (backward && (!a.dO || !a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
     fail("missing backward pointer");
+}
+
+void check_workspace(const Workspace& ws, bool backward) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: workspace " + what); };
+  if (!ws.t0 || !ws.t1 || !ws.t2 || !ws.t3 || !ws.t4 || !ws.aqk || !ws.gamma) fail("tile pointer missing");
+  if (!backward && !ws.sq) fail("sq (scale Q~, kept for the backward) missing");
+  if (backward && (!ws.dgamma_s || !ws.partials || !ws.counters)) fail("backward scratch pointer missing");
 }
 
 namespace {
@@ -397,7 +405,7 @@ template <class G, class T, bool kTC>
 void twin_forward(const FusedArgs& a, const Workspace& ws) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_program<G, T, false, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
   });
   emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
@@ -407,8 +415,8 @@ void twin_forward(const FusedArgs& a, const Workspace& ws) {
 template <class G, class T, bool kTC>
 void twin_backward(const FusedArgs& a, const Workspace& ws) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_program<G, T, true, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
   });
   emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
@@ -423,6 +431,7 @@ void twin_backward(const FusedArgs& a, const Workspace& ws) {
 
 void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
   check_fused_args(a, false);
+  check_workspace(ws, false);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) twin_forward<G, T, true>(a, ws);
     else twin_forward<G, T, false>(a, ws);
@@ -431,6 +440,7 @@ void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
 
 void fused_backward_cpu(const FusedArgs& a, const Workspace& ws) {
   check_fused_args(a, true);
+  check_workspace(ws, true);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) twin_backward<G, T, true>(a, ws);
     else twin_backward<G, T, false>(a, ws);

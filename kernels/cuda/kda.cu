@@ -2,11 +2,12 @@
 // kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs).
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
-//   backward: recompute (NT*B*H) -> inter_adjoint (B*H) -> intra_adjoint (NT*B*H)   3 launches
+//   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H) -> intra_adjoint (NT*B*H)      3 launches
+//             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed)
 // Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
 // input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
 // Every output and scratch buffer is fully overwritten (no zero-fills); the only counters
-// (intra adjoint's last-block reduction) are zeroed by the recompute kernel.
+// (intra adjoint's last-block reduction) are zeroed by the aqk_dO kernel.
 #include <cuda_runtime.h>
 
 #include "kernels/kda.h"
@@ -38,12 +39,20 @@ struct CudaBlk {
   }
 };
 
-template <class G, class T, bool kBwd, bool kTC>
+template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
-  blocks::intra_program<G, T, kBwd, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+  blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T, bool kTC>
+__global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, Workspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>
@@ -81,7 +90,7 @@ void allow_smem(K* kernel, size_t bytes) {
 template <class G, class T, bool kTC>
 void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  auto* kda_fwd_intra = &kda_intra_kernel<G, T, false, kTC>;
+  auto* kda_fwd_intra = &kda_intra_kernel<G, T, kTC>;
   auto* kda_fwd_inter = &kda_inter_kernel<G, T, kTC>;
   const size_t smem_intra = G::kIntraFloats * sizeof(float);
   const size_t smem_inter = G::kInterFloats * sizeof(float);
@@ -104,23 +113,23 @@ void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
 template <class G, class T, bool kTC>
 void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  auto* kda_bwd_recompute = &kda_intra_kernel<G, T, true, kTC>;
+  auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
   using GA = typename G::Adj;
   auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<GA, T, kTC>;
-  const size_t smem_re = G::kIntraFloats * sizeof(float);
+  const size_t smem_aq = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
   const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
   static const bool once = [&] {
-    allow_smem(kda_bwd_recompute, smem_re);
+    allow_smem(kda_bwd_aqk_dO, smem_aq);
     allow_smem(kda_bwd_inter_adjoint, smem_adj);
     allow_smem(kda_bwd_intra_adjoint, smem_ia);
     return true;
   }();
   (void)once;
   {
-    StageScope st("recompute");
-    LT_LAUNCH(kda_bwd_recompute, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_re, s, a, ws);
+    StageScope st("aqk_dO");
+    LT_LAUNCH(kda_bwd_aqk_dO, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_aq, s, a, ws);
   }
   {
     StageScope st("inter_adjoint");
@@ -136,6 +145,7 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
 
 void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   check_fused_args(a, false);
+  check_workspace(ws, false);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) launch_forward<G, T, true>(a, ws, s);
@@ -145,6 +155,7 @@ void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
 
 void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   check_fused_args(a, true);
+  check_workspace(ws, true);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) launch_backward<G, T, true>(a, ws, s);

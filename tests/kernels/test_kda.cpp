@@ -60,17 +60,15 @@ Result run_fused_twin(const Case& c, const Data& x) {
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   const size_t tile_elems = wb.tile / dtype_size(c.dtype);
   std::vector<Typed> t;
-  for (int i = 0; i < 5; ++i) t.emplace_back(i == 1 ? DType::f32 : c.dtype, tile_elems);  // t1 fp32
+  for (int i = 0; i < 6; ++i) t.emplace_back(i == 1 ? DType::f32 : c.dtype, tile_elems);  // t1 fp32; t[5] = sq
+  Typed aqk(c.dtype, wb.aqk / dtype_size(c.dtype));
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
-  auto poison_ws = [&] {
-    for (auto& e : t) e.poison();
-    std::fill(gam.begin(), gam.end(), NAN);
-  };
+  for (auto& e : t) e.poison();
+  aqk.poison();
   Workspace ws;
-  poison_ws();
   ws.t0 = t[0].data(); ws.t1 = t[1].data(); ws.t2 = t[2].data(); ws.t3 = t[3].data(); ws.t4 = t[4].data();
-  ws.gamma = gam.data(); ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
+  ws.sq = t[5].data(); ws.aqk = aqk.data(); ws.gamma = gam.data();
 
   FusedArgs a;
   a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
@@ -79,7 +77,14 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.o = o.data(); a.ht = ht.data(); a.h = h.data();
   fused_forward_cpu(a, ws);
 
-  poison_ws();  // the backward must rebuild everything it reads from the workspace
+  // The backward keeps the forward's saved tiles (W, U, scale Q~ as t2, Kbar, A_qk, gamma:
+  // kernels/kda.h); everything else it reads must be rebuilt, so the forward-only Qp / Ob and
+  // the backward's own scratch are poisoned.
+  t[2].poison();
+  t[4].poison();
+  ws.t2 = t[5].data();
+  ws.sq = nullptr;
+  ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
   a.dO = dO.data(); a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data(); a.dk = dk.data(); a.dv = dv.data(); a.df = df.data(); a.db = db.data();
   a.dA_log = dA_log.data(); a.ddt_bias = ddt.data(); a.dh0 = dh0.data();
@@ -273,4 +278,30 @@ TEST_CASE("KDA Tensor API: fused (CPU twins) and naive paths agree with ops", "[
   INFO("seed " << seed);
   CHECK(gf.pass);
   CHECK(gn.pass);
+}
+
+TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one throws", "[kda]") {
+  // The fused backward rewrites the forward's saved tiles in place (kernels/kda.h): a second
+  // backward on the same saved state must fail loudly, not return wrong gradients.
+  Case c;
+  c.dims = {1, 20, 1, 64, 16};
+  const Data x = make_data(c, test_seed() + 5);
+  const TensorCase t = to_tensors(c, x, DType::f32);
+  mixers::KdaConfig cfg;
+  cfg.chunk = c.dims.C;
+  cfg.path = mixers::KdaPath::fused;
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto saved = out.saved;  // a second reference, as a careless caller would keep
+  const mixers::KdaGrads g1 = mixers::kda_backward(saved, t.dO);
+  const std::vector<double> dq1 = g1.dq.to_vector();
+  bool finite = true;
+  for (double v : dq1) finite = finite && std::isfinite(v);
+  CHECK(finite);
+  try {
+    (void)mixers::kda_backward(saved, t.dO);
+    FAIL("second backward on a consumed saved state did not throw");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("consumed") != std::string::npos);
+  }
 }

@@ -71,16 +71,20 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.ht = static_cast<float*>(dev.get(ns * 4));
   a.h = static_cast<float*>(dev.get(trajectory_bytes(d)));
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
-  auto make_ws = [&] {
-    Workspace ws;
-    ws.t0 = dev.get(wb.tile); ws.t1 = dev.get(wb.tile1); ws.t2 = dev.get(wb.tile);
-    ws.t3 = dev.get(wb.tile); ws.t4 = dev.get(wb.tile);
-    ws.gamma = static_cast<float*>(dev.get(wb.gamma)); ws.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
-    ws.partials = static_cast<float*>(dev.get(wb.partials));
-    ws.counters = static_cast<uint32_t*>(dev.get(wb.counters));
-    return ws;
-  };
-  fused_forward_cuda(a, make_ws(), nullptr);
+  // Forward workspace (every buffer NaN-poisoned by Dev::get); the backward keeps the
+  // forward's saved tiles (W, U, scale Q~ as t2, Kbar, A_qk, gamma: kernels/kda.h) and gets
+  // fresh poisoned t4 / dgamma_s / partials / counters, with the forward-only Qp / Ob gone.
+  Workspace fw;
+  fw.t0 = dev.get(wb.tile); fw.t1 = dev.get(wb.tile1); fw.t2 = dev.get(wb.tile);
+  fw.t3 = dev.get(wb.tile); fw.t4 = dev.get(wb.tile); fw.sq = dev.get(wb.tile); fw.aqk = dev.get(wb.aqk);
+  fw.gamma = static_cast<float*>(dev.get(wb.gamma));
+  fused_forward_cuda(a, fw, nullptr);
+  Workspace bw;
+  bw.t0 = fw.t0; bw.t1 = fw.t1; bw.t2 = fw.sq; bw.t3 = fw.t3; bw.aqk = fw.aqk; bw.gamma = fw.gamma;
+  bw.t4 = dev.get(wb.tile);
+  bw.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
+  bw.partials = static_cast<float*>(dev.get(wb.partials));
+  bw.counters = static_cast<uint32_t*>(dev.get(wb.counters));
   a.dO = dev.up(dO.data(), dO.bytes());
   a.dht = c.dht ? static_cast<float*>(dev.up(dht)) : nullptr;
   a.dq = dev.get(n * es); a.dk = dev.get(n * es); a.dv = dev.get(n * es); a.df = dev.get(n * es);
@@ -88,7 +92,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.dA_log = static_cast<float*>(dev.get(d.H * 4));
   a.ddt_bias = static_cast<float*>(dev.get(d.H * d.D * 4));
   a.dh0 = static_cast<float*>(dev.get(ns * 4));
-  fused_backward_cuda(a, make_ws(), nullptr);
+  fused_backward_cuda(a, bw, nullptr);
   LT_CUDA_CHECK(cudaDeviceSynchronize());
   Result r;
   r.o = down_typed(c.dtype, a.o, n); r.ht = down_f32(a.ht, ns);
@@ -189,7 +193,7 @@ TEST_CASE("KDA fused CUDA launches: 2 forward + 3 backward", "[kda][cuda]") {
   for (auto& [k, v] : m) std::printf("[kda] atlas %-24s %lld\n", k.c_str(), (long long)v);
   CHECK(m["kda/intra"] == 1);
   CHECK(m["kda/inter"] == 1);
-  CHECK(m["kda/recompute"] == 1);
+  CHECK(m["kda/aqk_dO"] == 1);
   CHECK(m["kda/inter_adjoint"] == 1);
   CHECK(m["kda/intra_adjoint"] == 1);
   CHECK(total_launches() == 5);
