@@ -6,11 +6,12 @@
 //
 // A program sees: the FusedArgs / Workspace structs, a Blk, its block coordinates and a
 // float* to its shared memory. Blk provides: tid(); sync() (block barrier); warp_sum(v)
-// (sum over the 32 lanes, every lane gets it); fence() (device-scope fence of this thread's
-// writes); arrive(counter) (atomic increment, returns the old value); acquire() (fence
-// before reading other blocks' published data); load_cg(p) (load bypassing L1).
-// Rules that keep both executors equivalent: every sync() and warp_sum() is reached by all
-// threads (warp_sum: all 32 lanes of the warp); shared memory is carved by byte counts below;
+// (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask) (the value of lane ^ mask);
+// fence() (device-scope fence of this thread's writes); arrive(counter) (atomic increment,
+// returns the old value); acquire() (fence before reading other blocks' published data);
+// load_cg(p) (load bypassing L1); mma_tf32 (one warp-wide m16n8k8 product).
+// Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
+// reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
 // global memory written by one block is read by another only across launches (or after
 // arrive()/acquire() in the intra adjoint's last-block reduction).
 //
@@ -95,16 +96,22 @@ struct Cfg {
   static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
   static constexpr int SLICE = C * LS;
   static constexpr int CC = C * LC;
-  // inter (forward scan): V tiles of BV columns, NTHR_I threads
+  // inter (forward scan): V tiles of BV columns, NTHR_I threads. (BV = 8 doubled the blocks
+  // and was slower, 0.095 -> 0.169 ms at C = 32: every block loads the chunk's full C x D
+  // W / Qp / Kbar tiles, so more V tiles mean more per-chunk loads, ncu run 7.)
   static constexpr int BV = 16;
   static constexpr int NV = D / BV;
   static constexpr int LDA = D + 4;    // row stride of D-wide tiles read as mma A operands:
                                        // 4 mod 32 makes the (g, t) fragment pattern conflict-free
-  static constexpr int LBV = BV + 8;   // 24: (k = t, n = g) B-fragment pattern conflict-free
+  static constexpr int LBV = BV + 8;   // 24 t + g, t < 4, g < 8: the (k = t, n = g) B-fragment
+                                       // pattern is conflict-free
   static constexpr int NTHR_I = 128;
-  // inter adjoint: full V per block, row blocks of RB rows
-  static constexpr int RB = kSub;
-  static constexpr int NTHR_A = D == 128 ? 512 : 256;  // S' accumulator: D*D/NTHR_A registers
+  // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
+  // row blocks of RB rows, one 16x8 tile of the row-block products per warp. At D = 64 and
+  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps left the
+  // SM's schedulers idle: IPC 1.2, ncu run 7).
+  static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
+  static constexpr int NTHR_A = (RB / 16) * (D / 8) * 32;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
   static_assert((C * KS) % NTHR == 0, "slice loops are uniform over threads");
   static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
@@ -120,7 +127,13 @@ struct Cfg {
   // more latency there (measured 0.92 -> 0.74 ms at B8 T512 H12 D64). At C <= 32 several
   // 256-thread blocks fit per SM and 512 threads were slower (0.51 -> 0.67 ms at C = 32).
   using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
-  static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 13 * SLICE + D + KS + NTHR / 32 + 4;
+  // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
+  // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel stalls on
+  // latency (wait / long scoreboard / barrier, ~20 % each, ncu run 7): 0.424 -> 0.345 ms.
+  // At C = 16 the cap of 80 made it slower (0.297 -> 0.347 ms) and no cap slower still
+  // (0.451 ms once the fc slice was dropped: over 128 registers, one block per SM), so 2.
+  static constexpr int kIntraAdjMinBlocks = NTHR != 256 || D != 64 ? 1 : C == 32 ? 3 : 2;
+  static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
 // ---- scalar helpers ---------------------------------------------------------------------
@@ -159,7 +172,7 @@ KDA_DEV void st(T* p, int64_t i, float v) {
 //   C 16x8:        c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
 // kSplit (3xTF32): x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a b ~ al bh + ah bl + ah bh
 // keeps fp32-level accuracy (the dropped lo lo term is ~2^-22 relative); used for f32 inputs.
-// Without it (bf16 inputs) one TF32 product: ~2^-11 relative per product.
+// Without it (bf16 inputs) one TF32 product of truncated operands: ~2^-10 relative per operand.
 KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
 #if defined(__CUDA_ARCH__)
   // One cvt instead of the integer emulation below (4-5 integer instructions: 38 % of the
@@ -172,6 +185,19 @@ KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away 
   uint32_t u = float_bits(x);
   if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
   return u & 0xffffe000u;
+#endif
+}
+// One-product operand (bf16 inputs): the fp32 bits as they are. The tensor core reads the
+// top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa bits) and ignores the low 13,
+// i.e. truncates: a relative error below 2^-10 per operand, 4x finer than the bf16 inputs'
+// own rounding (2^-8). Rounding first cost 3 instructions per operand on sm_90 (cvt.rna is
+// emulated: 27 % of the inter adjoint's instructions, ncu run 8). The CPU twin models the
+// truncation by masking.
+KDA_DEV uint32_t tf32_trunc(float x) {
+#if defined(__CUDA_ARCH__)
+  return float_bits(x);
+#else
+  return float_bits(x) & 0xffffe000u;
 #endif
 }
 KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e -> (row, col)
@@ -203,9 +229,9 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
       blk.mma_tf32(acc, ah, bl);
     } else {  // one TF32 product: the low parts are never formed
       KDA_UNROLL
-      for (int i = 0; i < 4; ++i) ah[i] = tf32_round(a[i]);
-      bh[0] = tf32_round(b[0]);
-      bh[1] = tf32_round(b[1]);
+      for (int i = 0; i < 4; ++i) ah[i] = tf32_trunc(a[i]);
+      bh[0] = tf32_trunc(b[0]);
+      bh[1] = tf32_trunc(b[1]);
     }
     blk.mma_tf32(acc, ah, bh);
   }
@@ -216,7 +242,7 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   auto split = [](float x, uint32_t& hi, uint32_t& lo) {
     if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_round(x);
+    else hi = tf32_trunc(x);
   };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
@@ -519,19 +545,42 @@ template <class G, bool kTC, bool kSplit, bool kWithQ, class Blk>
 KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs,
                                const float* xq, const float* xk, float* y, float* Pq, float* Pk) {
   constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
-  for (int p = blk.tid(); p < G::NB * kSub * kSub; p += G::NTHR) {
-    const int base = (p / (kSub * kSub)) * kSub, rr = (p / kSub) % kSub, ss = p % kSub;
-    if (ss > rr) continue;
-    const int r = base + rr, s = base + ss;
+  // Diagonal sub-blocks: only the kPairs pairs s <= r of each are enumerated, and each pair's
+  // KS columns are split over kSplitC adjacent lanes (combined by shuffles), so that the
+  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square left 47 % of them idle
+  // on s > r; this loop was 18 % of the intra kernel's instructions, ncu run 6).
+  constexpr int kPairs = kSub * (kSub + 1) / 2;
+  constexpr int kSplitC = G::C == 16 ? 4 : 2, KC = KS / kSplitC;
+  constexpr int kItems = G::NB * kPairs * kSplitC;
+  for (int it = 0; it < (kItems + G::NTHR - 1) / G::NTHR; ++it) {  // uniform: shuffles below
+    const int w = blk.tid() + it * G::NTHR;
+    const int pair = w / kSplitC, part = w % kSplitC;
+    const int sb = pair / kPairs, q = pair % kPairs;
+    int rr = static_cast<int>((sqrtf(8.0f * static_cast<float>(q) + 1.0f) - 1.0f) * 0.5f);
+    if ((rr + 1) * (rr + 2) / 2 <= q) ++rr;  // exact integer fix-ups of the float estimate
+    if (rr * (rr + 1) / 2 > q) --rr;
+    const int ss = q - rr * (rr + 1) / 2;
+    const bool valid = w < kItems;
+    const int r = valid ? sb * kSub + rr : 0, s = valid ? sb * kSub + ss : 0;
     float aq = 0.0f, ak = 0.0f;
-    KDA_UNROLL_N(8)
-    for (int c = 0; c < KS; ++c) {
-      const float ks = sk[s * LS + c] * exp2f(gs[r * LS + c] - gs[s * LS + c]);
-      if (kWithQ) aq += sq[r * LS + c] * ks;
-      ak += sk[r * LS + c] * ks;
+    if (valid) {
+      KDA_UNROLL
+      for (int cc = 0; cc < KC; ++cc) {
+        const int c = part * KC + cc;
+        const float ks = sk[s * LS + c] * exp2f(gs[r * LS + c] - gs[s * LS + c]);
+        if (kWithQ) aq += sq[r * LS + c] * ks;
+        ak += sk[r * LS + c] * ks;
+      }
     }
-    if (kWithQ) Pq[r * LC + s] += aq;
-    Pk[r * LC + s] += ak;
+    KDA_UNROLL
+    for (int o = 1; o < kSplitC; o <<= 1) {
+      if (kWithQ) aq += blk.shfl_xor(aq, o);
+      ak += blk.shfl_xor(ak, o);
+    }
+    if (valid && part == 0) {
+      if (kWithQ) Pq[r * LC + s] += aq;
+      Pk[r * LC + s] += ak;
+    }
   }
   for (int i = 1; i < G::NB; ++i) {
     const int ni = i * kSub;
@@ -781,28 +830,55 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     S[i * LBV + jj] = a.h0 ? a.h0[(bh * D + i) * D + v0 + jj] : 0.0f;
   }
   const int64_t b = bh / dm.H, h = bh % dm.H;
-  for (int64_t n = 0; n < NT; ++n) {
+  // Register prefetch (as in the inter adjoint): chunk n+1's tiles are loaded while chunk n
+  // computes, where they fit in registers (<= 128 floats a thread: all but D = 128, C = 64,
+  // which loads each chunk at its start).
+  static_assert(NT_ >= D, "one gamma per thread");
+  constexpr int MA = C * D / NT_, MB = C * BV / NT_;
+  constexpr bool kPrefetch = 3 * MA + 2 * MB <= 128;
+  float pW[MA], pQ[MA], pK[MA], pU[MB], pO[MB], pE = 0.0f;
+  auto fetch = [&](int64_t n) {
     const int64_t row0 = bh * Tp + n * C;
-    const int64_t t0 = n * C;
-    KDA_UNROLL_N(8)
-    for (int m = 0; m < C * D / NT_; ++m) {
+    KDA_UNROLL
+    for (int m = 0; m < MA; ++m) {
       const int e = tid + m * NT_;
-      const int r = e / D, i = e % D;
-      const int64_t gi = (row0 + r) * D + i;
-      Ws[r * LDA + i] = ld(static_cast<const T*>(ws.t0), gi);
-      Qs[r * LDA + i] = ld(static_cast<const T*>(ws.t2), gi);
-      Ks[r * LDA + i] = ld(static_cast<const T*>(ws.t3), gi);
+      const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
+      pW[m] = ld(static_cast<const T*>(ws.t0), gi);
+      pQ[m] = ld(static_cast<const T*>(ws.t2), gi);
+      pK[m] = ld(static_cast<const T*>(ws.t3), gi);
     }
     KDA_UNROLL
-    for (int m = 0; m < C * BV / NT_; ++m) {
+    for (int m = 0; m < MB; ++m) {
       const int e = tid + m * NT_;
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      Us[r * LBV + jj] = ld(static_cast<const float*>(ws.t1), gi);
-      Os[r * LBV + jj] = ld(static_cast<const T*>(ws.t4), gi);
+      pU[m] = ld(static_cast<const float*>(ws.t1), gi);
+      pO[m] = ld(static_cast<const T*>(ws.t4), gi);
     }
-    for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
-    blk.sync();  // S of the previous step complete, tiles loaded
+    if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  if (kPrefetch) fetch(0);
+  for (int64_t n = 0; n < NT; ++n) {
+    const int64_t t0 = n * C;
+    if (!kPrefetch) fetch(n);
+    KDA_UNROLL
+    for (int m = 0; m < MA; ++m) {
+      const int e = tid + m * NT_;
+      const int r = e / D, i = e % D;
+      Ws[r * LDA + i] = pW[m];
+      Qs[r * LDA + i] = pQ[m];
+      Ks[r * LDA + i] = pK[m];
+    }
+    KDA_UNROLL
+    for (int m = 0; m < MB; ++m) {
+      const int e = tid + m * NT_;
+      const int r = e / BV, jj = e % BV;
+      Us[r * LBV + jj] = pU[m];
+      Os[r * LBV + jj] = pO[m];
+    }
+    if (tid < D) eg[tid] = expf(pE);
+    if (kPrefetch && n + 1 < NT) fetch(n + 1);
+    blk.sync();  // S of the previous step complete, tiles stored
     for (int e = tid; e < D * BV; e += NT_) {
       const int i = e / BV, jj = e % BV;
       a.h[((bh * NT + n) * D + i) * D + v0 + jj] = S[i * LBV + jj];
@@ -910,7 +986,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   // S' accumulator: SIMT owns elements tid + m NT_; TC owns 16x8 tiles warp + u NW
   constexpr int NACC = D * D / NT_;
   constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN, NACC_T = NTILE_ACC / NW;
-  static_assert(TN == NW, "one 8-column tile per warp in the row-block products");
+  static_assert((RB / 16) * TN == NW, "one 16x8 tile per warp in the row-block products");
   static_assert(NTILE_ACC % NW == 0 && NACC_T * 4 == NACC);
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
@@ -933,40 +1009,75 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   KDA_UNROLL
   for (int m = 0; m < NACC; ++m) acc[m] = 0.0f;
 
-  for (int64_t n = NT - 1; n >= 0; --n) {
-    KDA_UNROLL_N(8)
-    for (int m = 0; m < D * D / NT_; ++m) {
+  // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
+  // step ahead, while the previous step computes; they do not depend on S', so only the
+  // smem stores wait. (Loading at the start of each step put a global round trip on the
+  // scan's critical path: 24 % long-scoreboard stalls, ncu run 7.)
+  static_assert(NT_ >= D, "one gamma per thread");
+  constexpr int MS = D * D / NT_, MR = RB * D / NT_;
+  float pS[MS], pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
+  auto fetch_state = [&](int64_t n) {  // h[n] and gamma[n]
+    KDA_UNROLL
+    for (int m = 0; m < MS; ++m) pS[m] = a.h[(bh * NT + n) * D * D + tid + m * NT_];
+    if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  auto fetch_rows = [&](int64_t n, int rb) {
+    const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
+    const int64_t t0 = n * C + rb * RB;               // token row
+    KDA_UNROLL
+    for (int m = 0; m < MR; ++m) {
       const int e = tid + m * NT_;
-      S[(e / D) * LD + e % D] = a.h[(bh * NT + n) * D * D + e];
+      const int r = e / D, i = e % D;
+      const int64_t gi = (row0 + r) * D + i;
+      pW[m] = ld(static_cast<const T*>(ws.t0), gi);
+      pQ[m] = ld(static_cast<const T*>(ws.t2), gi);
+      pK[m] = ld(static_cast<const T*>(ws.t3), gi);
+      pU[m] = ld(static_cast<const float*>(ws.t1), gi);
+      pD[m] = ld(static_cast<const T*>(ws.t4), gi);
+      pO[m] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
     }
-    for (int i = tid; i < D; i += NT_) eg[i] = expf(ws.gamma[(bh * NT + n) * D + i]);
+  };
+  fetch_state(NT - 1);
+  fetch_rows(NT - 1, 0);
+  for (int64_t n = NT - 1; n >= 0; --n) {
+    KDA_UNROLL
+    for (int m = 0; m < MS; ++m) {
+      const int e = tid + m * NT_;
+      S[(e / D) * LD + e % D] = pS[m];
+    }
+    if (tid < D) eg[tid] = expf(pE);
     for (int rb = 0; rb < C / RB; ++rb) {
       const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
-      const int64_t t0 = n * C + rb * RB;               // token row
       KDA_UNROLL
-      for (int m = 0; m < RB * D / NT_; ++m) {
+      for (int m = 0; m < MR; ++m) {
         const int e = tid + m * NT_;
         const int r = e / D, i = e % D;
-        const int64_t gi = (row0 + r) * D + i;
-        Wr[r * LD + i] = ld(static_cast<const T*>(ws.t0), gi);
-        Qr[r * LD + i] = ld(static_cast<const T*>(ws.t2), gi);
-        Kr[r * LD + i] = ld(static_cast<const T*>(ws.t3), gi);
-        Ur[r * LD + i] = ld(static_cast<const float*>(ws.t1), gi);
-        Dr[r * LD + i] = ld(static_cast<const T*>(ws.t4), gi);
-        Or[r * LD + i] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
+        Wr[r * LD + i] = pW[m];
+        Qr[r * LD + i] = pQ[m];
+        Kr[r * LD + i] = pK[m];
+        Ur[r * LD + i] = pU[m];
+        Dr[r * LD + i] = pD[m];
+        Or[r * LD + i] = pO[m];
       }
-      blk.sync();  // also orders the S / eg loads above
+      if (rb + 1 < C / RB) {
+        fetch_rows(n, rb + 1);
+      } else if (n > 0) {
+        fetch_rows(n - 1, 0);
+        fetch_state(n - 1);
+      }
+      blk.sync();  // also orders the S / eg stores above
       // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
       if constexpr (kTC) {
-        const int n0 = warp * 8;
+        const int m0 = (warp / TN) * 16, n0 = (warp % TN) * 8;  // this warp's 16x8 tile
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc<kSplit>(blk, p, D, [&](int r, int k) { return Wr[r * LD + k]; },
+        mma_acc<kSplit>(blk, p, D, [&](int r, int k) { return Wr[(m0 + r) * LD + k]; },
                            [&](int k, int c) { return S[k * LD + n0 + c]; });
-        mma_acc<kSplit>(blk, q, D, [&](int r, int k) { return Kr[r * LD + k]; },
+        mma_acc<kSplit>(blk, q, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
                            [&](int k, int c) { return Sp[k * LD + n0 + c]; });
         for (int e = 0; e < 4; ++e) {
           int r, c;
           frag_rc(lane, e, r, c);
+          r += m0;
           const int j = n0 + c;
           const float dl = Ur[r * LD + j] - p[e], dd = Dr[r * LD + j] + q[e];
           Ur[r * LD + j] = dl;
@@ -993,17 +1104,17 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i));
       // S' accumulator += scale Q~^T dO - W^T dDelta over the block's rows
       if constexpr (kTC) {
-        const int n0 = warp * 8;
+        const int r0 = (warp / TN) * 16, n0 = (warp % TN) * 8;  // this warp's 16x8 tile
         float xq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_acc2<kSplit>(
-            blk, xq, xw, D, [&](int r, int k) { return Or[r * LD + k]; }, [&](int r, int k) { return Dr[r * LD + k]; },
-            [&](int k, int c) { return S[(n0 + c) * LD + k]; });
-        mma_acc<kSplit>(blk, xk, D, [&](int r, int k) { return Ur[r * LD + k]; },
+            blk, xq, xw, D, [&](int r, int k) { return Or[(r0 + r) * LD + k]; },
+            [&](int r, int k) { return Dr[(r0 + r) * LD + k]; }, [&](int k, int c) { return S[(n0 + c) * LD + k]; });
+        mma_acc<kSplit>(blk, xk, D, [&](int r, int k) { return Ur[(r0 + r) * LD + k]; },
                            [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
         for (int e = 0; e < 4; ++e) {
           int r, c;
           frag_rc(lane, e, r, c);
-          const int64_t gi = (row0 + r) * D + n0 + c;
+          const int64_t gi = (row0 + r0 + r) * D + n0 + c;
           st(static_cast<T*>(ws.t2), gi, xq[e]);
           st(static_cast<T*>(ws.t0), gi, xw[e]);
           st(static_cast<T*>(ws.t3), gi, xk[e]);
@@ -1118,8 +1229,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   float* xq = dG + G::SLICE;
   float* xk = xq + G::SLICE;
   float* yv = xk + G::SLICE;
-  float* fc = yv + G::SLICE;
-  float* DQ = fc + G::SLICE;
+  float* DQ = yv + G::SLICE;
   float* DK = DQ + G::SLICE;
   float* ddt = DK + G::SLICE;    // [D] ddt_bias partial of this chunk
   float* dgam = ddt + G::D;      // [KS]
@@ -1321,7 +1431,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       for (int i = 1; i < G::NB; ++i) {
         const int ni = i * kSub;
         blk.sync();  // previous users of yv / fc, DQ / DK / dG rows done
-        col_to_block_start<G>(blk, ni, gs, sk, yv, fc);
+        col_to_block_start<G>(blk, ni, gs, sk, yv, nullptr);
         blk.sync();
         // rows x of sub-block i: sum_{s<ni} dP[x,s] k_s e^{G_ni - G_s}, times e^{G_x - G_ni}
         block_product2<kTC, kSplit, NTHR>(
@@ -1342,7 +1452,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             [&](int x, int k) { return k < kSub ? dQ[(ni + k) * LC + x] : dT[(ni + k - kSub) * LC + x]; },
             [&](int k, int c) { return k < kSub ? xq[(ni + k) * LS + c] : xk[(ni + k - kSub) * LS + c]; }, zero,
             [&](int x, int c, float cc) {
-              cc *= fc[x * LS + c];
+              cc *= exp2f(gs[ni * LS + c] - gs[x * LS + c]);  // e^{Gamma_ni - Gamma_x} <= 1
               DK[x * LS + c] += cc;
               dG[x * LS + c] -= sk[x * LS + c] * cc;
             });

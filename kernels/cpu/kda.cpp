@@ -337,6 +337,16 @@ class EmuBlock {
     wx_->bars[w]->arrive_and_wait();
     return s;
   }
+  // __shfl_xor_sync over the full warp: every lane gets the value of lane ^ mask.
+  float shfl_xor(float v, int mask) {
+    const int w = tid_ / 32, lane = tid_ % 32;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * WarpExchange::kSlot];
+    x[lane * WarpExchange::kSlot] = v;
+    wx_->bars[w]->arrive_and_wait();
+    const float got = x[(lane ^ mask) * WarpExchange::kSlot];
+    wx_->bars[w]->arrive_and_wait();
+    return got;
+  }
   // mma.sync.m16n8k8 tf32 of the warp: every lane deposits its fragments, then computes
   // its own four accumulator elements from the gathered A (16x8) and B (8x8).
   void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

@@ -26,6 +26,7 @@ struct CudaBlk {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
   }
+  __device__ float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
   __device__ void fence() { __threadfence(); }
   __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
   __device__ void acquire() { __threadfence(); }
@@ -71,8 +72,8 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads)
-__global__ void __launch_bounds__(G::NTHR) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
+template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
+__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
