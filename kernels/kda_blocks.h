@@ -130,9 +130,9 @@ struct Cfg {
   // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
   // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel stalls on
   // latency (wait / long scoreboard / barrier, ~20 % each, ncu run 7): 0.424 -> 0.345 ms.
-  // At C = 16 the cap of 80 made it slower (0.297 -> 0.347 ms) and no cap slower still
-  // (0.451 ms once the fc slice was dropped: over 128 registers, one block per SM), so 2.
-  static constexpr int kIntraAdjMinBlocks = NTHR != 256 || D != 64 ? 1 : C == 32 ? 3 : 2;
+  // At C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills (ptxas -v: 96
+  // registers at 2 blocks, 80 at 3; 0.455 ms was measured at 2 blocks, 0.347 at 3).
+  static constexpr int kIntraAdjMinBlocks = NTHR != 256 || D != 64 ? 1 : C == 32 ? 3 : 4;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
@@ -172,7 +172,7 @@ KDA_DEV void st(T* p, int64_t i, float v) {
 //   C 16x8:        c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
 // kSplit (3xTF32): x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a b ~ al bh + ah bl + ah bh
 // keeps fp32-level accuracy (the dropped lo lo term is ~2^-22 relative); used for f32 inputs.
-// Without it (bf16 inputs) one TF32 product of truncated operands: ~2^-10 relative per operand.
+// Without it (bf16 inputs) one TF32 product: ~2^-11 relative per operand.
 KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
 #if defined(__CUDA_ARCH__)
   // One cvt instead of the integer emulation below (4-5 integer instructions: 38 % of the
@@ -187,19 +187,10 @@ KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away 
   return u & 0xffffe000u;
 #endif
 }
-// One-product operand (bf16 inputs): the fp32 bits as they are. The tensor core reads the
-// top 19 bits of a .tf32 operand (sign, exponent, 10 mantissa bits) and ignores the low 13,
-// i.e. truncates: a relative error below 2^-10 per operand, 4x finer than the bf16 inputs'
-// own rounding (2^-8). Rounding first cost 3 instructions per operand on sm_90 (cvt.rna is
-// emulated: 27 % of the inter adjoint's instructions, ncu run 8). The CPU twin models the
-// truncation by masking.
-KDA_DEV uint32_t tf32_trunc(float x) {
-#if defined(__CUDA_ARCH__)
-  return float_bits(x);
-#else
-  return float_bits(x) & 0xffffe000u;
-#endif
-}
+// (Passing the raw fp32 bits instead, which the tensor core truncates to TF32, saves the 3
+// instructions cvt.rna costs on sm_90, but measured no time and made the bf16 dA_log sum
+// worse: truncation is biased toward zero, so its errors add up coherently in a cancelling
+// reduction (CPU twin, seed 108: 6.3e-3 -> 2.6e-2). Operands are rounded.)
 KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e -> (row, col)
   r = (lane >> 2) + ((e & 2) ? 8 : 0);
   c = 2 * (lane & 3) + (e & 1);
@@ -229,9 +220,9 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
       blk.mma_tf32(acc, ah, bl);
     } else {  // one TF32 product: the low parts are never formed
       KDA_UNROLL
-      for (int i = 0; i < 4; ++i) ah[i] = tf32_trunc(a[i]);
-      bh[0] = tf32_trunc(b[0]);
-      bh[1] = tf32_trunc(b[1]);
+      for (int i = 0; i < 4; ++i) ah[i] = tf32_round(a[i]);
+      bh[0] = tf32_round(b[0]);
+      bh[1] = tf32_round(b[1]);
     }
     blk.mma_tf32(acc, ah, bh);
   }
@@ -242,7 +233,7 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   auto split = [](float x, uint32_t& hi, uint32_t& lo) {
     if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_trunc(x);
+    else hi = tf32_round(x);
   };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
