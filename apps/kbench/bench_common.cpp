@@ -294,4 +294,50 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   f << j.dump(2) << "\n";
 }
 
+FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call,
+                              const TimingOptions& opt, void* stream, bool device) {
+  FwdBwdFigures f;
+  call(0, [](int) {});  // warm: the allocator's cache and any first-use work
+  alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
+  {
+    PeakMeter m(A, device);
+    call(1, [](int) {});
+    f.extra_peak = m.extra_peak_bytes();
+    f.extra_reserved = m.extra_reserved_bytes();
+  }
+  f.t = time_regions(call, 3, opt, stream, device);
+  f.atlas = time_stages([&] { call(0, [](int) {}); }, device ? 20 : 1, stream, device);
+  for (auto& r : f.atlas) {  // launches count against the innermost stage only: sum every row
+    if (r.stage.rfind("fwd/", 0) == 0) f.launches_fwd += r.launches_per_call;
+    if (r.stage.rfind("bwd/", 0) == 0) f.launches_bwd += r.launches_per_call;
+  }
+  return f;
+}
+
+void FwdBwdFigures::print(int iters, int warmup, size_t nsets) const {
+  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
+              "p10", "p90", iters, warmup, nsets);
+  auto row = [](const char* name, const Timing& x) {
+    std::printf("  %-9s %10.4f %10.4f %10.4f\n", name, x.median_ms, x.p10_ms, x.p90_ms);
+  };
+  row("forward", t.regions[0]);
+  row("backward", t.regions[1]);
+  row("total", t.total);
+  std::printf("  launches: forward %.0f, backward %.0f, total %.0f\n", launches_fwd, launches_bwd,
+              launches_fwd + launches_bwd);
+  std::printf("%s", stage_table(atlas).c_str());
+  std::printf("  extra peak memory: %s allocated, %s reserved\n", fmt_bytes(static_cast<double>(extra_peak)).c_str(),
+              fmt_bytes(static_cast<double>(extra_reserved)).c_str());
+}
+
+void FwdBwdFigures::add_json(nlohmann::json& j) const {
+  j["forward"] = t.regions[0].json();
+  j["backward"] = t.regions[1].json();
+  j["total"] = t.total.json();
+  j["launches"] = {{"forward", launches_fwd}, {"backward", launches_bwd}, {"total", launches_fwd + launches_bwd}};
+  j["atlas"] = stage_json(atlas);
+  j["extra_peak_bytes"] = extra_peak;
+  j["extra_reserved_bytes"] = extra_reserved;
+}
+
 }  // namespace lt::kbench

@@ -76,6 +76,25 @@ class PeakMeter {
   int64_t start_reserved_ = 0;
 };
 
+// One forward + backward benchmark, as the mixer benches run it: call(i, mark) enqueues the
+// forward between mark(0) and mark(1) and the backward between mark(1) and mark(2), under
+// StageScopes "fwd/..." and "bwd/..." (i rotates among input sets). measure_fwd_bwd makes
+// one warm call, measures the extra peak memory of one more (PeakMeter on the device's or
+// the host's caching allocator), times `opt.iters` calls after `opt.warmup`, and records the
+// launch atlas (20 repetitions on a device); launches are summed over the fwd/ and bwd/ rows.
+struct FwdBwdFigures {
+  MultiTiming t;  // regions[0] forward, regions[1] backward, total
+  std::vector<StageRow> atlas;
+  double launches_fwd = 0, launches_bwd = 0;
+  int64_t extra_peak = 0, extra_reserved = 0;
+  // timing rows, launches, the atlas and the extra peak, as kbench prints them
+  void print(int iters, int warmup, size_t nsets) const;
+  // forward / backward / total / launches / atlas / extra_peak_bytes / extra_reserved_bytes
+  void add_json(nlohmann::json& j) const;
+};
+FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call,
+                              const TimingOptions& opt, void* stream, bool device);
+
 struct Floors {
   double bytes = 0;  // must move through device memory (inputs once, outputs once)
   double flops = 0;  // must be computed

@@ -132,27 +132,11 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
     std::printf("kbench rwkv6: autotune picked the %s backward for this shape\n",
                 choice == rwkv6::BwdImpl::kFused ? "fused" : "fallback");
   }
-  // extra peak memory of one forward + backward (after one warm call: the cache is warm)
-  call(0, [](int) {});
-  alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
-  int64_t extra_peak = 0, extra_reserved = 0;
-  {
-    PeakMeter m(A, device);
-    call(1, [](int) {});
-    extra_peak = m.extra_peak_bytes();
-    extra_reserved = m.extra_reserved_bytes();
-  }
-
   TimingOptions topt;
   topt.iters = iters;
   topt.warmup = warmup;
-  const MultiTiming t = time_regions(call, 3, topt, stream, device);
-  const std::vector<StageRow> atlas = time_stages([&] { call(0, [](int) {}); }, device ? 20 : 1, stream, device);
-  double launches_fwd = 0, launches_bwd = 0;
-  for (auto& r : atlas) {  // launches count against the innermost stage only: sum every row
-    if (r.stage.rfind("fwd/", 0) == 0) launches_fwd += r.launches_per_call;
-    if (r.stage.rfind("bwd/", 0) == 0) launches_bwd += r.launches_per_call;
-  }
+  const FwdBwdFigures fig = measure_fwd_bwd(call, topt, stream, device);
+  const MultiTiming& t = fig.t;
 
   const double es = static_cast<double>(dtype_size(dt));
   const double tokens = static_cast<double>(o.B * o.T * o.H);
@@ -175,32 +159,14 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
               (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
               o.keep_states ? " (states kept)" : "", kernels, o.scale, device_description(device).c_str(),
               today_utc().c_str());
-  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
-              "p10", "p90", iters, warmup, sets.size());
-  auto row = [](const char* name, const Timing& x) {
-    std::printf("  %-9s %10.4f %10.4f %10.4f\n", name, x.median_ms, x.p10_ms, x.p90_ms);
-  };
-  row("forward", t.regions[0]);
-  row("backward", t.regions[1]);
-  row("total", t.total);
-  std::printf("  launches: forward %.0f, backward %.0f, total %.0f\n", launches_fwd, launches_bwd,
-              launches_fwd + launches_bwd);
-  std::printf("%s", stage_table(atlas).c_str());
-  std::printf("  extra peak memory: %s allocated, %s reserved\n", fmt_bytes(static_cast<double>(extra_peak)).c_str(),
-              fmt_bytes(static_cast<double>(extra_reserved)).c_str());
+  fig.print(iters, warmup, sets.size());
   std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
               "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
               fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12,
               fl.flops / 1e9, fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms,
               simt_floor_ms, 100.0 * simt_floor_ms / t.total.median_ms);
 
-  j["forward"] = t.regions[0].json();
-  j["backward"] = t.regions[1].json();
-  j["total"] = t.total.json();
-  j["launches"] = {{"forward", launches_fwd}, {"backward", launches_bwd}, {"total", launches_fwd + launches_bwd}};
-  j["atlas"] = stage_json(atlas);
-  j["extra_peak_bytes"] = extra_peak;
-  j["extra_reserved_bytes"] = extra_reserved;
+  fig.add_json(j);
   j["floors"] = {{"bytes", fl.bytes}, {"flops", fl.flops}, {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
                  {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms},
                  {"achieved_fraction", floor_ms / t.total.median_ms}, {"simt_floor_ms", simt_floor_ms}};

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/mixers/kda.h"
+#include "engine/tensor.h"
 #include "kernels/half.h"
 #include "kernels/kda.h"
 
@@ -237,6 +239,27 @@ inline ErrReport compare(const Result& x, const Result& ref, bool fwd_only, bool
   r.items.push_back({"dA_log", rel_err(x.dA_log, ref.dA_log)});
   r.items.push_back({"ddt_bias", rel_err(x.ddt_bias, ref.ddt_bias)});
   if (with_dh0) r.items.push_back({"dh0", rel_err(x.dh0, ref.dh0)});
+  return r;
+}
+
+// The Tensor API (engine/mixers/kda.h) on one case: forward with the final state, backward
+// with dO (and dht when defined); the results back on the host in double.
+struct TensorCase {
+  Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
+};
+inline Result run_mixer(const Case& c, const TensorCase& t, mixers::KdaPath path) {
+  mixers::KdaConfig cfg;
+  cfg.chunk = c.dims.C;
+  cfg.gate = c.gate;
+  cfg.path = path;
+  cfg.output_final_state = true;
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
+  Result r;
+  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
+  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
+  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
+  if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
   return r;
 }
 

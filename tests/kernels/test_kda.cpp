@@ -195,10 +195,6 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
 
 namespace {
 
-struct TensorCase {
-  Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
-};
-
 TensorCase to_tensors(const Case& c, const Data& x, DType dt) {
   const Dims& d = c.dims;
   const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
@@ -214,21 +210,6 @@ TensorCase to_tensors(const Case& c, const Data& x, DType dt) {
   return t;
 }
 
-Result run_mixer(const Case& c, const TensorCase& t, mixers::KdaPath path) {
-  mixers::KdaConfig cfg;
-  cfg.chunk = c.dims.C;
-  cfg.gate = c.gate;
-  cfg.path = path;
-  cfg.output_final_state = true;
-  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
-  auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
-  Result r;
-  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
-  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
-  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
-  if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
-  return r;
-}
 
 }  // namespace
 

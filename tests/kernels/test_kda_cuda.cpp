@@ -205,15 +205,11 @@ TEST_CASE("KDA fused CUDA launches: 2 forward + 3 backward", "[kda][cuda]") {
 
 namespace {
 
-struct TCase {
-  Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
-};
-
-TCase upload(const Case& c, const Data& x) {
+TensorCase upload(const Case& c, const Data& x) {
   const Dims& d = c.dims;
   const Device dev = Device::cuda(0);
   const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
-  TCase t;
+  TensorCase t;
   t.q = Tensor::from_vector(x.q, s4, c.dtype, dev); t.k = Tensor::from_vector(x.k, s4, c.dtype, dev);
   t.v = Tensor::from_vector(x.v, s4, c.dtype, dev); t.f = Tensor::from_vector(x.f, s4, c.dtype, dev);
   t.b = Tensor::from_vector(x.b, s3, c.dtype, dev); t.dO = Tensor::from_vector(x.dO, s4, c.dtype, dev);
@@ -224,21 +220,6 @@ TCase upload(const Case& c, const Data& x) {
   return t;
 }
 
-Result run_path(const Case& c, const TCase& t, mixers::KdaPath path) {
-  mixers::KdaConfig cfg;
-  cfg.chunk = c.dims.C;
-  cfg.gate = c.gate;
-  cfg.path = path;
-  cfg.output_final_state = true;
-  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
-  auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
-  Result r;
-  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
-  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
-  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
-  if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
-  return r;
-}
 
 }  // namespace
 
@@ -259,9 +240,9 @@ TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]")
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const Data x = make_data(c, seed + i);
-    const TCase t = upload(c, x);
-    const Result ops_r = run_path(c, t, mixers::KdaPath::ops);
-    const Result fused_r = run_path(c, t, mixers::KdaPath::fused);
+    const TensorCase t = upload(c, x);
+    const Result ops_r = run_mixer(c, t, mixers::KdaPath::ops);
+    const Result fused_r = run_mixer(c, t, mixers::KdaPath::fused);
     const ErrReport e = compare(fused_r, ops_r, false, true, c.h0);
     // the ops path computes bf16 inputs in f32: the comparison then carries bf16 rounding.
     // Adaptive gate (kda_testing.h): what the naive f32 recurrence itself misses the ops
@@ -281,7 +262,7 @@ TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajec
   Case c;
   c.dims = {8, 512, 12, 64, 16};
   const Data x = make_data(c, test_seed() + 21);
-  const TCase t = upload(c, x);
+  const TensorCase t = upload(c, x);
   const Dims& d = c.dims;
   const int64_t traj = static_cast<int64_t>(trajectory_bytes(d));
   struct Figures { int64_t allocs = 0, peak_in_use = 0, reserved = 0, big = 0; };
