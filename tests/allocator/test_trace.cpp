@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -288,6 +289,10 @@ TEST_CASE("replaying a single-stream trace reproduces every statistic", "[alloca
   auto fa = make_fake_allocator(80 * MiB);
   CachingAllocator& a = *fa;
   a.set_trace(true);
+  // This run hits OOMs with tracing on, which writes a snapshot: keep it out of the caller's
+  // working directory (the default path is relative).
+  const std::string oom_path = (std::filesystem::temp_directory_path() / "lt_test_replay_oom_snapshot.json").string();
+  a.set_oom_trace_path(oom_path);
   std::mt19937_64 rng(5);
   std::vector<void*> live;
   for (int i = 0; i < 3000; ++i) {
@@ -319,6 +324,7 @@ TEST_CASE("replaying a single-stream trace reproduces every statistic", "[alloca
   for (auto& [addr, p] : addr_map)
     if (fb->owns(p)) fb->free(p);
   CHECK(a.stats().num_ooms > 0);  // the run covered the OOM path too
+  std::filesystem::remove(oom_path);
 }
 
 TEST_CASE("pickle writer: Python's pickle loads the snapshot and equals the JSON", "[allocator]") {
@@ -384,8 +390,11 @@ TEST_CASE("Chrome trace has in_use / reserved counters and instant events", "[al
   auto fa = make_fake_allocator(160 * MiB);
   CachingAllocator& a = *fa;
   a.set_trace(true);
+  const std::string oom_path = (std::filesystem::temp_directory_path() / "lt_test_chrome_oom_snapshot.json").string();
+  a.set_oom_trace_path(oom_path);  // the OOM below writes a snapshot: not into the working directory
   const std::vector<void*> kept = workload(a, *fa.fake, 13);
   CHECK_THROWS_AS(a.allocate(1024 * MiB), OutOfMemoryError);
+  std::filesystem::remove(oom_path);
   const std::string path = "lt_alloc_test_chrome.json";
   a.dump_chrome_trace(path);
   json ct = json::parse(read_all(path));
