@@ -45,7 +45,11 @@ struct KdaInputs {
   Tensor q, k, v, f, b, A_log, dt_bias, h0;
 };
 
-struct KdaSaved;  // what the backward needs; path-specific (fused: the state trajectory)
+// What the backward needs; path-specific. Fused: the state trajectory h [B,H,NT,D,D] f32 and
+// the forward's chunk tiles (W, U, scale Q~, Kbar, A_qk, gamma: kernels/kda.h Workspace,
+// WorkspaceBytes::saved_total()), which the backward rewrites in place: one backward per
+// saved state (a second one throws). Drop it (out.saved.reset()) after an eval-only forward.
+struct KdaSaved;
 
 struct KdaOutput {
   Tensor o;                          // [B,T,H,D]
