@@ -161,12 +161,6 @@ struct WorkspaceBytes {
   size_t gamma = 0;     // gamma and dgamma_s each
   size_t partials = 0;
   size_t counters = 0;
-  // what a forward allocates (t0..t4, sq, aqk, gamma); what it keeps for the backward
-  // (t0, t1, t3, sq, aqk, gamma); what a backward allocates on top of that (t4, dgamma_s,
-  // partials, counters)
-  size_t forward_total() const { return 5 * tile + tile1 + aqk + gamma; }
-  size_t saved_total() const { return 3 * tile + tile1 + aqk + gamma; }
-  size_t backward_total() const { return tile + gamma + partials + counters; }
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
