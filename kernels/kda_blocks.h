@@ -137,6 +137,26 @@ struct Cfg {
 };
 
 // ---- scalar helpers ---------------------------------------------------------------------
+// 2^x in one MUFU.EX2 on the GPU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0).
+// exp2f wraps the same instruction in a subnormal range check and two predicated
+// multiplies: 4 instructions where this is 1 (ncu, docs/notes-kda.md, third session).
+KDA_DEV float exp2_fast(float x) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
+#endif
+}
+// a / b without the IEEE division's slow path (__fdividef: ~2 ulp for |b| < 2^126).
+KDA_DEV float div_fast(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(a, b);
+#else
+  return a / b;
+#endif
+}
 KDA_DEV float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 struct GateVal {
@@ -150,10 +170,12 @@ KDA_DEV GateVal gate_value(float x, float ea, const Gate& gate) {
     const float dgdz = gate.lower_bound * s * (1.0f - s);
     return {gate.lower_bound * s, dgdz * ea, dgdz * ea * x};
   }
+  // one exponential serves softplus and its derivative: sigmoid(x) = e^x / (1 + e^x)
   const bool lin = x > 20.0f;
-  const float sp = lin ? x : log1pf(expf(x));
+  const float ex = exp2_fast(x * kLog2e);
+  const float sp = lin ? x : log1pf(ex);
   const float g = -ea * sp;
-  return {g, -ea * (lin ? 1.0f : sigmoid_f(x)), g};
+  return {g, -ea * (lin ? 1.0f : div_fast(ex, 1.0f + ex)), g};
 }
 
 template <class T>
@@ -162,6 +184,14 @@ KDA_DEV float ld(const T* p, int64_t i) {
 }
 template <class T>
 KDA_DEV void st(T* p, int64_t i, float v) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, bfloat16>) {  // one cvt (RNE, as float_to_bf16_bits) instead of 5
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    p[i] = bfloat16::from_bits(h);
+    return;
+  }
+#endif
   p[i] = store_from_compute<T>(v);
 }
 
@@ -173,24 +203,17 @@ KDA_DEV void st(T* p, int64_t i, float v) {
 // kSplit (3xTF32): x = hi + lo with hi = tf32(x), lo = tf32(x - hi); a b ~ al bh + ah bl + ah bh
 // keeps fp32-level accuracy (the dropped lo lo term is ~2^-22 relative); used for f32 inputs.
 // Without it (bf16 inputs) one TF32 product: ~2^-11 relative per operand.
-KDA_DEV uint32_t tf32_round(float x) {  // cvt.rna.tf32.f32: nearest, ties away from zero
-#if defined(__CUDA_ARCH__)
-  // One cvt instead of the integer emulation below (4-5 integer instructions: 38 % of the
-  // inter adjoint's instructions, ncu run 6). Same bits for every finite x; the mask keeps
-  // the low 13 bits zero, which tf32_split relies on for its low part.
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r & 0xffffe000u;
-#else
-  uint32_t u = float_bits(x);
-  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
-  return u & 0xffffe000u;
-#endif
-}
-// (Passing the raw fp32 bits instead, which the tensor core truncates to TF32, saves the 3
-// instructions cvt.rna costs on sm_90, but measured no time and made the bf16 dA_log sum
-// worse: truncation is biased toward zero, so its errors add up coherently in a cancelling
-// reduction (CPU twin, seed 108: 6.3e-3 -> 2.6e-2). Operands are rounded.)
+// TF32 operand of a single-product mma: the fp32 bits plus half a TF32 ulp (0x1000). The
+// tensor core ignores the low 13 bits, so this is round-to-nearest (ties away from zero, as
+// cvt.rna) in one integer add; cvt.rna.tf32.f32 is emulated on sm_90 by a finiteness test,
+// a predicated add and a mask (3 instructions: 27 % of the inter adjoint's, ncu, third
+// session). Finite x only (an infinite operand reads as NaN; no product here sees one).
+// (Passing the raw fp32 bits, which the tensor core truncates, was tried in the second
+// session: truncation is biased toward zero, so its errors add up coherently in the
+// cancelling dA_log sum (CPU twin, seed 108: 6.3e-3 -> 2.6e-2). Operands are rounded.)
+KDA_DEV uint32_t tf32_op(float x) { return float_bits(x) + 0x1000u; }
+// The TF32 value itself (low 13 bits zero), for the hi part of a 3xTF32 split.
+KDA_DEV uint32_t tf32_round(float x) { return tf32_op(x) & 0xffffe000u; }
 KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e -> (row, col)
   r = (lane >> 2) + ((e & 2) ? 8 : 0);
   c = 2 * (lane & 3) + (e & 1);
@@ -198,7 +221,7 @@ KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e
 // hi / lo TF32 parts of one operand value
 KDA_DEV void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
   hi = tf32_round(x);
-  lo = tf32_round(x - bits_float(hi));
+  lo = tf32_op(x - bits_float(hi));  // an mma operand only: its low bits are ignored
 }
 // acc (16x8) += sum_{k<K} A(r, k) B(k, c); a_at / b_at read the tile (relative coordinates);
 // K a multiple of 8 (a compile-time constant after inlining where it can be).
@@ -220,9 +243,9 @@ KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
       blk.mma_tf32(acc, ah, bl);
     } else {  // one TF32 product: the low parts are never formed
       KDA_UNROLL
-      for (int i = 0; i < 4; ++i) ah[i] = tf32_round(a[i]);
-      bh[0] = tf32_round(b[0]);
-      bh[1] = tf32_round(b[1]);
+      for (int i = 0; i < 4; ++i) ah[i] = tf32_op(a[i]);
+      bh[0] = tf32_op(b[0]);
+      bh[1] = tf32_op(b[1]);
     }
     blk.mma_tf32(acc, ah, bh);
   }
@@ -233,7 +256,7 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   auto split = [](float x, uint32_t& hi, uint32_t& lo) {
     if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_round(x);
+    else hi = tf32_op(x);
   };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
@@ -510,7 +533,7 @@ KDA_DEV void row_to_block_start(Blk& blk, const float* gs, const float* x, float
   for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
     const int r = e / G::KS, c = e % G::KS;
     const int n0 = (r / kSub) * kSub;
-    xo[r * G::LS + c] = x[r * G::LS + c] * exp2f(gs[r * G::LS + c] - gs[n0 * G::LS + c]);
+    xo[r * G::LS + c] = x[r * G::LS + c] * exp2_fast(gs[r * G::LS + c] - gs[n0 * G::LS + c]);
   }
 }
 
@@ -521,7 +544,7 @@ KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* 
                                 float* fc) {
   for (int e = blk.tid(); e < ni * G::KS; e += G::NTHR) {
     const int s = e / G::KS, c = e % G::KS;
-    const float fac = exp2f(gs[ni * G::LS + c] - gs[s * G::LS + c]);
+    const float fac = exp2_fast(gs[ni * G::LS + c] - gs[s * G::LS + c]);
     y[s * G::LS + c] = kx[s * G::LS + c] * fac;
     if (fc) fc[s * G::LS + c] = fac;
   }
@@ -558,7 +581,7 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
       KDA_UNROLL
       for (int cc = 0; cc < KC; ++cc) {
         const int c = part * KC + cc;
-        const float ks = sk[s * LS + c] * exp2f(gs[r * LS + c] - gs[s * LS + c]);
+        const float ks = sk[s * LS + c] * exp2_fast(gs[r * LS + c] - gs[s * LS + c]);
         if (kWithQ) aq += sq[r * LS + c] * ks;
         ak += sk[r * LS + c] * ks;
       }
@@ -710,10 +733,10 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     for (int e = blk.tid(); e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
       const float g = gs[r * LS + c];
-      const float eg = exp2f(g);
+      const float eg = exp2_fast(g);
       s2[r * LS + c] = be[r] * s1[r * LS + c] * eg;   // beta K~
       s3[r * LS + c] = scale * s0[r * LS + c] * eg;   // scale Q~
-      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), s1[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - g));
+      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), s1[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - g));
       st(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c]);
     }
     for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
@@ -1248,7 +1271,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     row_to_block_start<G>(blk, gs, sk, xk);
     for (int e = tid; e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
-      xq[r * LS + c] = sk[r * LS + c] * exp2f(gs[r * LS + c]);  // K~
+      xq[r * LS + c] = sk[r * LS + c] * exp2_fast(gs[r * LS + c]);  // K~
     }
     blk.sync();
     accumulate_scores<G, kTC, kSplit, false>(blk, sq, sk, gs, xq, xk, yv, nullptr, Pk);
@@ -1359,7 +1382,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           zero,
           [&](int s, int c, float v) {
             const float yw = -v;
-            const float eg = exp2f(gs[s * LS + c]);
+            const float eg = exp2_fast(gs[s * LS + c]);
             const float kt = sk[s * LS + c] * eg;
             const float t = be[s] * yw;
             DK[s * LS + c] = t * eg;
@@ -1378,7 +1401,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       // (b) dQ~ = scale X_q
       for (int e = tid; e < C * KS; e += NTHR) {
         const int r = e / KS, c = e % KS;
-        const float t = scale * X[r * LS + c] * exp2f(gs[r * LS + c]);
+        const float t = scale * X[r * LS + c] * exp2_fast(gs[r * LS + c]);
         DQ[r * LS + c] = t;
         dG[r * LS + c] += t * sq[r * LS + c];
       }
@@ -1388,14 +1411,14 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       // (c) Kbar = K^ e^{gamma - Gamma}
       for (int e = tid; e < C * KS; e += NTHR) {
         const int r = e / KS, c = e % KS;
-        const float t = X[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - gs[r * LS + c]);
+        const float t = X[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - gs[r * LS + c]);
         DK[r * LS + c] += t;
         dG[r * LS + c] -= t * sk[r * LS + c];
       }
       for (int c = tid; c < KS; c += NTHR) {
         float acc = dgs[cp.gam(dm, k0 + c)];
         for (int r = 0; r < C; ++r)
-          acc += X[r * LS + c] * sk[r * LS + c] * exp2f(gs[(C - 1) * LS + c] - gs[r * LS + c]);
+          acc += X[r * LS + c] * sk[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - gs[r * LS + c]);
         dgam[c] = acc;
       }
       // (d) P adjoints, diagonal sub-blocks: element (x, c) takes its row terms (x = r)
@@ -1406,12 +1429,12 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         const float gx_ = gs[x * LS + c];
         float rqs = 0.0f, rks = 0.0f, cc = 0.0f;
         for (int s = n0; s <= x; ++s) {  // row terms, s <= x
-          const float ks_ = sk[s * LS + c] * exp2f(gx_ - gs[s * LS + c]);
+          const float ks_ = sk[s * LS + c] * exp2_fast(gx_ - gs[s * LS + c]);
           rqs += dQ[x * LC + s] * ks_;
           rks += dT[x * LC + s] * ks_;   // dT[x][x] = 0
         }
         for (int r = x; r < n0 + kSub; ++r) {  // column terms, r >= x
-          const float ee = exp2f(gs[r * LS + c] - gx_);
+          const float ee = exp2_fast(gs[r * LS + c] - gx_);
           cc += (dQ[r * LC + x] * sq[r * LS + c] + dT[r * LC + x] * sk[r * LS + c]) * ee;
         }
         DQ[x * LS + c] += rqs;
@@ -1430,7 +1453,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             [&](int r, int s) { return dT[(ni + r) * LC + s]; }, [&](int s, int c) { return yv[s * LS + c]; },
             [&](int r, int c, float rqs, float rks) {
               const int x = ni + r;
-              const float fr = exp2f(gs[x * LS + c] - gs[ni * LS + c]);
+              const float fr = exp2_fast(gs[x * LS + c] - gs[ni * LS + c]);
               rqs *= fr;
               rks *= fr;
               DQ[x * LS + c] += rqs;
@@ -1443,7 +1466,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             [&](int x, int k) { return k < kSub ? dQ[(ni + k) * LC + x] : dT[(ni + k - kSub) * LC + x]; },
             [&](int k, int c) { return k < kSub ? xq[(ni + k) * LS + c] : xk[(ni + k - kSub) * LS + c]; }, zero,
             [&](int x, int c, float cc) {
-              cc *= exp2f(gs[ni * LS + c] - gs[x * LS + c]);  // e^{Gamma_ni - Gamma_x} <= 1
+              cc *= exp2_fast(gs[ni * LS + c] - gs[x * LS + c]);  // e^{Gamma_ni - Gamma_x} <= 1
               DK[x * LS + c] += cc;
               dG[x * LS + c] -= sk[x * LS + c] * cc;
             });

@@ -353,9 +353,11 @@ class EmuBlock {
     const int w = tid_ / 32, lane = tid_ % 32;
     constexpr int S = WarpExchange::kSlot;
     float* x = &wx_->vals[static_cast<size_t>(w) * 32 * S];
-    for (int i = 0; i < 4; ++i) x[lane * S + i] = bits_float(a[i]);
-    x[lane * S + 4] = bits_float(b[0]);
-    x[lane * S + 5] = bits_float(b[1]);
+    // The tensor core reads the TF32 part of each operand: the low 13 bits are ignored.
+    constexpr uint32_t kTf32 = 0xffffe000u;
+    for (int i = 0; i < 4; ++i) x[lane * S + i] = bits_float(a[i] & kTf32);
+    x[lane * S + 4] = bits_float(b[0] & kTf32);
+    x[lane * S + 5] = bits_float(b[1] & kTf32);
     wx_->bars[w]->arrive_and_wait();
     float A[16][8], Bm[8][8];
     for (int l = 0; l < 32; ++l) {
