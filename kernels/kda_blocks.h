@@ -9,7 +9,8 @@
 // (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask) (the value of lane ^ mask);
 // fence() (device-scope fence of this thread's writes); arrive(counter) (atomic increment,
 // returns the old value); acquire() (fence before reading other blocks' published data);
-// load_cg(p) (load bypassing L1); mma_tf32 (one warp-wide m16n8k8 product).
+// load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch p's line into L2; no-op on the
+// CPU); mma_tf32 (one warp-wide m16n8k8 product).
 // Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
 // reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
 // global memory written by one block is read by another only across launches (or after
@@ -193,6 +194,24 @@ KDA_DEV void st(T* p, int64_t i, float v) {
   }
 #endif
   p[i] = store_from_compute<T>(v);
+}
+// p[i] = v0, p[i + 1] = v1 in one store on the GPU (i even, p aligned to 2 elements): the two
+// adjacent columns an mma C fragment holds per row (c0 c1, c2 c3).
+template <class T>
+KDA_DEV void st2(T* p, int64_t i, float v0, float v1) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    uint32_t packed;  // cvt.rn.bf16x2.f32 d, a, b puts a in the upper half
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(v1), "f"(v0));
+    *reinterpret_cast<uint32_t*>(p + i) = packed;
+    return;
+  } else if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(p + i) = make_float2(v0, v1);
+    return;
+  }
+#endif
+  st(p, i, v0);
+  st(p, i + 1, v1);
 }
 
 // ---- warp-level tensor-core tiles: mma.sync m16n8k8, TF32 operands, fp32 accumulate ------
@@ -414,6 +433,98 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
   return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
 }
 
+// ---- warp-parallel column scans and row / column reductions over slices -----------------
+// Column work on a slice [C][LS] (KS = 32 columns) is spread over all warps: a column is
+// covered by kLanes = 8 lanes holding kRows = C / 8 consecutive rows each, so a warp covers
+// kCols = 4 columns at once and the KS columns take kPasses = 8 warp passes (one per warp at
+// 256 threads). The dependent chain is kRows adds and 3 shuffles; a thread per column walking
+// all C rows (the first form) was a C-long chain with 7 of 8 warps idle, and one warp per
+// column (32 lanes, 4 passes per warp) measured slower still (third session).
+template <class G>
+struct ColLanes {
+  static constexpr int kLanes = 8;                  // lanes per column
+  static constexpr int kRows = G::C / kLanes;       // consecutive rows per lane
+  static constexpr int kCols = 32 / kLanes;         // columns per warp pass
+  static constexpr int kPasses = G::KS / kCols;     // warp passes per slice
+  static_assert(G::C % kLanes == 0 && G::KS % kCols == 0);
+};
+// Recursive doubling over the kLanes lanes of a segment (seg = lane % kLanes): returns the
+// sum of `tot` over the lanes before this one in scan order (kReverse: the later lanes) and
+// leaves the segment's total in tot. Every lane of the warp must call it.
+template <int kLanes, bool kReverse, class Blk>
+KDA_DEV float segment_prefix(Blk& blk, float& tot, int seg) {
+  float pre = 0.0f;
+  KDA_UNROLL
+  for (int o = 1; o < kLanes; o <<= 1) {
+    const float t = blk.shfl_xor(tot, o);
+    if (kReverse ? !(seg & o) : (seg & o)) pre += t;  // the partner precedes in scan order
+    tot += t;
+  }
+  return pre;
+}
+// In place: x[r][c] = sum_{s <= r} x[s][c]. No sync.
+template <class G, class Blk>
+KDA_DEV void cumsum_columns(Blk& blk, float* x) {
+  using L = ColLanes<G>;
+  const int lane = blk.tid() & 31, seg = lane % L::kLanes;
+  for (int p = blk.tid() >> 5; p < L::kPasses; p += G::NTHR / 32) {  // warp-uniform
+    const int c = p * L::kCols + lane / L::kLanes, r0 = seg * L::kRows;
+    float v[L::kRows], tot = 0.0f;
+    KDA_UNROLL
+    for (int i = 0; i < L::kRows; ++i) v[i] = tot += x[(r0 + i) * G::LS + c];
+    const float pre = segment_prefix<L::kLanes, false>(blk, tot, seg);
+    KDA_UNROLL
+    for (int i = 0; i < L::kRows; ++i) x[(r0 + i) * G::LS + c] = v[i] + pre;
+  }
+}
+// dst[r] += sum_{c < N} f(r, c) for r < M: 8 lanes per row (N / 8 columns each, strided so a
+// row's lanes read consecutive columns), 4 rows per warp pass. f is evaluated at every c < N.
+template <int M, int N, int NTHR, class Blk, class F>
+KDA_DEV void add_row_sums(Blk& blk, float* dst, F f) {
+  constexpr int kLanes = 8, kRowsPerPass = 32 / kLanes;
+  static_assert(N % kLanes == 0 && M % kRowsPerPass == 0);
+  const int lane = blk.tid() & 31, seg = lane % kLanes;
+  for (int p = blk.tid() >> 5; p < M / kRowsPerPass; p += NTHR / 32) {  // warp-uniform
+    const int r = p * kRowsPerPass + lane / kLanes;
+    float v = 0.0f;
+    KDA_UNROLL
+    for (int c = seg; c < N; c += kLanes) v += f(r, c);
+    segment_prefix<kLanes, false>(blk, v, seg);
+    if (seg == 0) dst[r] += v;
+  }
+}
+
+// Asks L2 for every 128-byte line of the chunk's rows of the arrays a program will read, at
+// its start: the loads of each later phase then wait on L2 instead of DRAM (the consumers of
+// global loads were 17-23 % of the chunk programs' stall samples, ncu, third session).
+// Ranges are dealt to consecutive threads, continuing where the previous range stopped.
+template <int NTHR>
+struct L2Prefetch {
+  int next = 0;  // thread that takes the next range's first line
+  // rows r < L of a [B,T,H,D] input (row r at in(r, 0), D elements each)
+  template <class T, class Blk>
+  KDA_DEV void in_rows(Blk& blk, const ChunkPos& cp, const T* src) {
+    const int per_row = (cp.D * static_cast<int>(sizeof(T)) + 127) / 128;
+    range(blk, cp.L * per_row, [&](int i) {
+      return reinterpret_cast<const char*>(src + cp.in_base + (i / per_row) * cp.in_rstride) + 128 * (i % per_row);
+    });
+  }
+  // `bytes` contiguous bytes from p (e.g. the chunk's C x D block of a [B,H,Tp,D] tile)
+  template <class Blk>
+  KDA_DEV void bytes(Blk& blk, const void* p, int n) {
+    range(blk, (n + 127) / 128, [&](int i) { return static_cast<const char*>(p) + 128 * i; });
+  }
+  template <class T, class Blk>
+  KDA_DEV void tile(Blk& blk, const ChunkPos& cp, int C, const void* t) {
+    bytes(blk, static_cast<const T*>(t) + cp.ws_base, C * cp.D * static_cast<int>(sizeof(T)));
+  }
+  template <class Blk, class F>
+  KDA_DEV void range(Blk& blk, int n, F addr) {
+    for (int i = (blk.tid() - next + NTHR) % NTHR; i < n; i += NTHR) blk.prefetch_l2(addr(i));
+    next = (next + n) % NTHR;
+  }
+};
+
 // ---- shared building blocks of the chunk-parallel programs -------------------------------
 
 // rstd of q and k rows (0 for rows >= L) and beta (0 for rows >= L).
@@ -491,13 +602,7 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
     if (ga) ga[r * G::LS + c] = dgda;
   }
   blk.sync();
-  for (int c = blk.tid(); c < G::KS; c += G::NTHR) {
-    float acc = 0.0f;
-    for (int r = 0; r < G::C; ++r) {
-      acc += gs[r * G::LS + c];
-      gs[r * G::LS + c] = acc;
-    }
-  }
+  cumsum_columns<G>(blk, gs);
   blk.sync();
 }
 
@@ -697,6 +802,13 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   float* gs = s3 + G::SLICE;
   float* s5 = gs + G::SLICE;
 
+  {
+    L2Prefetch<NTHR> pf;
+    pf.in_rows(blk, cp, static_cast<const T*>(a.q));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.k));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.f));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.v));
+  }
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = blk.tid(); e < C * LC; e += NTHR) {
     Pq[e] = 0.0f;
@@ -1088,16 +1200,20 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
                            [&](int k, int c) { return S[k * LD + n0 + c]; });
         mma_acc<kSplit>(blk, q, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
                            [&](int k, int c) { return Sp[k * LD + n0 + c]; });
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
           int r, c;
           frag_rc(lane, e, r, c);
           r += m0;
           const int j = n0 + c;
-          const float dl = Ur[r * LD + j] - p[e], dd = Dr[r * LD + j] + q[e];
-          Ur[r * LD + j] = dl;
-          Dr[r * LD + j] = dd;
-          st(static_cast<float*>(ws.t1), (row0 + r) * D + j, dl);
-          st(static_cast<T*>(ws.t4), (row0 + r) * D + j, dd);
+          float dl[2], dd[2];
+          for (int u = 0; u < 2; ++u) {
+            dl[u] = Ur[r * LD + j + u] - p[e + u];
+            dd[u] = Dr[r * LD + j + u] + q[e + u];
+            Ur[r * LD + j + u] = dl[u];
+            Dr[r * LD + j + u] = dd[u];
+          }
+          st2(static_cast<float*>(ws.t1), (row0 + r) * D + j, dl[0], dl[1]);
+          st2(static_cast<T*>(ws.t4), (row0 + r) * D + j, dd[0], dd[1]);
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
@@ -1125,13 +1241,13 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             [&](int r, int k) { return Dr[(r0 + r) * LD + k]; }, [&](int k, int c) { return S[(n0 + c) * LD + k]; });
         mma_acc<kSplit>(blk, xk, D, [&](int r, int k) { return Ur[(r0 + r) * LD + k]; },
                            [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {
           int r, c;
           frag_rc(lane, e, r, c);
           const int64_t gi = (row0 + r0 + r) * D + n0 + c;
-          st(static_cast<T*>(ws.t2), gi, xq[e]);
-          st(static_cast<T*>(ws.t0), gi, xw[e]);
-          st(static_cast<T*>(ws.t3), gi, xk[e]);
+          st2(static_cast<T*>(ws.t2), gi, xq[e], xq[e + 1]);
+          st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
+          st2(static_cast<T*>(ws.t3), gi, xk[e], xk[e + 1]);
         }
         KDA_UNROLL
         for (int u = 0; u < NACC_T; ++u) {
@@ -1250,6 +1366,19 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   float* red = dgam + KS;        // [NTHR/32 + 4]
   auto zero = [](int, int) { return 0.0f; };
 
+  {
+    L2Prefetch<NTHR> pf;
+    pf.in_rows(blk, cp, static_cast<const T*>(a.q));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.k));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.f));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.v));
+    pf.in_rows(blk, cp, static_cast<const T*>(a.dO));
+    pf.template tile<T>(blk, cp, C, ws.t0);
+    pf.template tile<float>(blk, cp, C, ws.t1);
+    pf.template tile<T>(blk, cp, C, ws.t2);
+    pf.template tile<T>(blk, cp, C, ws.t3);
+    pf.template tile<T>(blk, cp, C, ws.t4);
+  }
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = tid; e < C * LC; e += NTHR) {
     Pk[e] = 0.0f;
@@ -1334,11 +1463,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           },
           AllTiles(), KFromRow());
       blk.sync();
-      for (int s = tid; s < C; s += NTHR) {
-        float acc = 0.0f;
-        for (int c = 0; c < KS; ++c) acc += xk[s * LS + c];
-        dbe[s] += acc;
-      }
+      add_row_sums<C, KS, NTHR>(blk, dbe, [&](int s, int c) { return xk[s * LS + c]; });
       blk.sync();
     }
   }
@@ -1352,11 +1477,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       blk, C, C, C, [&](int r, int m) { return Tm[m * LC + r]; }, [&](int m, int s) { return Zc[m * LC + s]; }, zero,
       [&](int r, int s, float v) { dT[r * LC + s] = s < r ? -v : 0.0f; }, TileLowerIncl(), KFromRow());
   blk.sync();
-  for (int r = tid; r < C; r += NTHR) {
-    float acc = 0.0f;
-    for (int s = 0; s < r; ++s) acc += dT[r * LC + s] * Pk[r * LC + s];
-    dbe[r] += acc;
-  }
+  add_row_sums<C, C, NTHR>(blk, dbe, [&](int r, int s) { return s < r ? dT[r * LC + s] * Pk[r * LC + s] : 0.0f; });
   blk.sync();
   for (int e = tid; e < C * C; e += NTHR) {
     const int r = e / C, s = e % C;
@@ -1391,11 +1512,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           },
           AllTiles(), KFromRow());
       blk.sync();
-      for (int s = tid; s < C; s += NTHR) {
-        float acc = 0.0f;
-        for (int c = 0; c < KS; ++c) acc += yv[s * LS + c];
-        dbe[s] += acc;
-      }
+      add_row_sums<C, KS, NTHR>(blk, dbe, [&](int s, int c) { return yv[s * LS + c]; });
       load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t2), k0, X);  // X_q (X_w no longer read)
       blk.sync();
       // (b) dQ~ = scale X_q
@@ -1415,11 +1532,18 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         DK[r * LS + c] += t;
         dG[r * LS + c] -= t * sk[r * LS + c];
       }
-      for (int c = tid; c < KS; c += NTHR) {
-        float acc = dgs[cp.gam(dm, k0 + c)];
-        for (int r = 0; r < C; ++r)
-          acc += X[r * LS + c] * sk[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - gs[r * LS + c]);
-        dgam[c] = acc;
+      using L = ColLanes<G>;
+      const int lane = tid & 31, seg = lane % L::kLanes;
+      for (int p = tid >> 5; p < L::kPasses; p += NTHR / 32) {  // dgam[c] = dgamma_s + column sum
+        const int c = p * L::kCols + lane / L::kLanes, r0 = seg * L::kRows;
+        float v = 0.0f;
+        KDA_UNROLL
+        for (int i = 0; i < L::kRows; ++i) {
+          const int r = r0 + i;
+          v += X[r * LS + c] * sk[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - gs[r * LS + c]);
+        }
+        segment_prefix<L::kLanes, false>(blk, v, seg);
+        if (seg == 0) dgam[c] = dgs[cp.gam(dm, k0 + c)] + v;
       }
       // (d) P adjoints, diagonal sub-blocks: element (x, c) takes its row terms (x = r)
       // and its column terms (x = s); same element ownership as (c), so no barrier between.
@@ -1472,17 +1596,23 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             });
       }
       blk.sync();
-      // (e) dgamma lands on the last row (g = 0 beyond L, so row C-1 carries gamma);
-      // (f) dg = reverse cumsum of dGamma; ddt_bias partial
-      for (int c = tid; c < KS; c += NTHR) {
-        dG[(C - 1) * LS + c] += dgam[c];
-        float acc = 0.0f, dsum = 0.0f;
-        for (int r = C - 1; r >= 0; --r) {
-          acc += dG[r * LS + c];
-          dG[r * LS + c] = acc;
-          dsum += acc * gx[r * LS + c];
+      // (e) dgamma lands on the last row (g = 0 beyond L, so row C-1 carries gamma), i.e. on
+      // every row of (f) dg = reverse cumsum of dGamma; ddt_bias partial
+      for (int p = tid >> 5; p < L::kPasses; p += NTHR / 32) {
+        const int c = p * L::kCols + lane / L::kLanes, r0 = seg * L::kRows;
+        float v[L::kRows], tot = 0.0f;
+        KDA_UNROLL
+        for (int i = L::kRows - 1; i >= 0; --i) v[i] = tot += dG[(r0 + i) * LS + c];
+        const float pre = segment_prefix<L::kLanes, true>(blk, tot, seg) + dgam[c];
+        float dsum = 0.0f;
+        KDA_UNROLL
+        for (int i = 0; i < L::kRows; ++i) {
+          const float acc = v[i] + pre;
+          dG[(r0 + i) * LS + c] = acc;
+          dsum += acc * gx[(r0 + i) * LS + c];
         }
-        ddt[k0 + c] += dsum;
+        segment_prefix<L::kLanes, false>(blk, dsum, seg);
+        if (seg == 0) ddt[k0 + c] += dsum;
       }
       blk.sync();
       // (g) gate backward, pre-norm dq^ / dk^ out (over the consumed X_q / X_k slices), row dots
@@ -1494,15 +1624,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[r * LS + c]);
         st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), DK[r * LS + c]);
       }
-      for (int r = tid; r < C; r += NTHR) {
-        float aq = 0.0f, ak = 0.0f;
-        for (int c = 0; c < KS; ++c) {
-          aq += DQ[r * LS + c] * sq[r * LS + c];
-          ak += DK[r * LS + c] * sk[r * LS + c];
-        }
-        dotq[r] += aq;
-        dotk[r] += ak;
-      }
+      add_row_sums<C, KS, NTHR>(blk, dotq, [&](int r, int c) { return DQ[r * LS + c] * sq[r * LS + c]; });
+      add_row_sums<C, KS, NTHR>(blk, dotk, [&](int r, int c) { return DK[r * LS + c] * sk[r * LS + c]; });
       blk.sync();
     }
   }

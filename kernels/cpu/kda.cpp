@@ -382,6 +382,7 @@ class EmuBlock {
   uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
   void acquire() { std::atomic_thread_fence(std::memory_order_seq_cst); }
   float load_cg(const float* p) { return *p; }
+  void prefetch_l2(const void*) {}  // a cache hint: nothing to emulate
 
  private:
   int tid_;

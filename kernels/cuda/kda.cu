@@ -31,6 +31,7 @@ struct CudaBlk {
   __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
   __device__ void acquire() { __threadfence(); }
   __device__ float load_cg(const float* p) { return __ldcg(p); }
+  __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
