@@ -114,7 +114,7 @@ struct Cfg {
   static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
   static constexpr int NTHR_A = (RB / 16) * (D / 8) * 32;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
-  static_assert((C * KS) % NTHR == 0, "slice loops are uniform over threads");
+  static_assert((C * KS) % (2 * NTHR) == 0, "slice loops (column pairs) are uniform over threads");
   static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
   static_assert((C * BV) % NTHR_I == 0 && (D * BV) % NTHR_I == 0 && NTHR_I % BV == 0);
   static_assert((D * D) % NTHR_A == 0 && (RB * D) % NTHR_A == 0);
@@ -194,6 +194,25 @@ KDA_DEV void st(T* p, int64_t i, float v) {
   }
 #endif
   p[i] = store_from_compute<T>(v);
+}
+// v0 = p[i], v1 = p[i + 1] in one load on the GPU (i even, p aligned to 2 elements).
+template <class T>
+KDA_DEV void ld2(const T* p, int64_t i, float& v0, float& v1) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(p + i);
+    v0 = __uint_as_float(u << 16);
+    v1 = __uint_as_float(u & 0xffff0000u);
+    return;
+  } else if constexpr (std::is_same_v<T, float>) {
+    const float2 f = *reinterpret_cast<const float2*>(p + i);
+    v0 = f.x;
+    v1 = f.y;
+    return;
+  }
+#endif
+  v0 = ld(p, i);
+  v1 = ld(p, i + 1);
 }
 // dst[0..3] = src[0..3]; both 16-byte aligned: one 128-bit load and store on the GPU.
 KDA_DEV void copy4(float* dst, const float* src) {
@@ -608,25 +627,32 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
   const T* f = static_cast<const T*>(a.f);
   const float ea = expf(a.A_log[cp.h]);
   KDA_UNROLL
-  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+  for (int m = 0; m < G::C * G::KS / (2 * G::NTHR); ++m) {  // columns c, c + 1 per thread
     const int e = blk.tid() + m * G::NTHR;
-    const int r = e / G::KS, c = e % G::KS;
-    float qv = 0.0f, kv = 0.0f, g = 0.0f, dgdx = 0.0f, dgda = 0.0f;
+    const int r = e / (G::KS / 2), c = 2 * (e % (G::KS / 2));
+    float qv[2] = {0.0f, 0.0f}, kv[2] = {0.0f, 0.0f}, xv[2];
+    GateVal gv[2] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
     if (r < cp.L) {
       const int64_t i = cp.in(a.dims, r, k0 + c);
-      qv = ld(q, i) * rq[r];
-      kv = ld(k, i) * rk[r];
-      const float x = ld(f, i) + a.dt_bias[cp.h * a.dims.D + k0 + c];
-      const GateVal gv = gate_value(x, ea, a.gate);
-      g = gv.g;
-      dgdx = gv.dgdx;
-      dgda = gv.dgda;
+      ld2(q, i, qv[0], qv[1]);
+      ld2(k, i, kv[0], kv[1]);
+      ld2(f, i, xv[0], xv[1]);
+      KDA_UNROLL
+      for (int u = 0; u < 2; ++u) {
+        qv[u] *= rq[r];
+        kv[u] *= rk[r];
+        gv[u] = gate_value(xv[u] + a.dt_bias[cp.h * a.dims.D + k0 + c + u], ea, a.gate);
+      }
     }
-    if (sq) sq[r * G::LS + c] = qv;
-    if (sk) sk[r * G::LS + c] = kv;
-    gs[r * G::LS + c] = g * kLog2e;
-    if (gx) gx[r * G::LS + c] = dgdx;
-    if (ga) ga[r * G::LS + c] = dgda;
+    KDA_UNROLL
+    for (int u = 0; u < 2; ++u) {
+      const int at = r * G::LS + c + u;
+      if (sq) sq[at] = qv[u];
+      if (sk) sk[at] = kv[u];
+      gs[at] = gv[u].g * kLog2e;
+      if (gx) gx[at] = gv[u].dgdx;
+      if (ga) ga[at] = gv[u].dgda;
+    }
   }
   blk.sync();
   cumsum_columns<G>(blk, gs);
@@ -639,12 +665,18 @@ template <class G, class T, class Blk>
 KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
                            const float* rowscale, float* dst) {
   KDA_UNROLL
-  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+  for (int m = 0; m < G::C * G::KS / (2 * G::NTHR); ++m) {  // columns c, c + 1 per thread
     const int e = blk.tid() + m * G::NTHR;
-    const int r = e / G::KS, c = e % G::KS;
-    float v = 0.0f;
-    if (r < cp.L) v = ld(src, cp.in(dm, r, k0 + c)) * (rowscale ? rowscale[r] : 1.0f);
-    dst[r * G::LS + c] = v;
+    const int r = e / (G::KS / 2), c = 2 * (e % (G::KS / 2));
+    float v0 = 0.0f, v1 = 0.0f;
+    if (r < cp.L) {
+      ld2(src, cp.in(dm, r, k0 + c), v0, v1);
+      const float sc = rowscale ? rowscale[r] : 1.0f;
+      v0 *= sc;
+      v1 *= sc;
+    }
+    dst[r * G::LS + c] = v0;
+    dst[r * G::LS + c + 1] = v1;
   }
 }
 // Loads columns [k0, k0+KS) of the chunk's rows of a workspace tile. No sync.
@@ -652,10 +684,10 @@ template <class G, class T, class Blk>
 KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
                            float* dst) {
   KDA_UNROLL
-  for (int m = 0; m < G::C * G::KS / G::NTHR; ++m) {
+  for (int m = 0; m < G::C * G::KS / (2 * G::NTHR); ++m) {  // columns c, c + 1 per thread
     const int e = blk.tid() + m * G::NTHR;
-    const int r = e / G::KS, c = e % G::KS;
-    dst[r * G::LS + c] = ld(src, cp.ws(dm, r, k0 + c));
+    const int r = e / (G::KS / 2), c = 2 * (e % (G::KS / 2));
+    ld2(src, cp.ws(dm, r, k0 + c), dst[r * G::LS + c], dst[r * G::LS + c + 1]);
   }
 }
 
@@ -869,14 +901,20 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   for (int ks = G::NKS - 1; ks >= 0; --ks) {
     const int k0 = ks * KS;
     if (ks != G::NKS - 1) load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
-    for (int e = blk.tid(); e < C * KS; e += NTHR) {
-      const int r = e / KS, c = e % KS;
-      const float g = gs[r * LS + c];
-      const float eg = exp2_fast(g);
-      s2[r * LS + c] = be[r] * s1[r * LS + c] * eg;   // beta K~
-      s3[r * LS + c] = scale * s0[r * LS + c] * eg;   // scale Q~
-      st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), s1[r * LS + c] * exp2_fast(gs[(C - 1) * LS + c] - g));
-      st(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c]);
+    for (int e = blk.tid(); e < C * KS / 2; e += NTHR) {  // columns c, c + 1 per thread
+      const int r = e / (KS / 2), c = 2 * (e % (KS / 2));
+      float kb[2];
+      KDA_UNROLL
+      for (int u = 0; u < 2; ++u) {
+        const int at = r * LS + c + u;
+        const float g = gs[at];
+        const float eg = exp2_fast(g);
+        s2[at] = be[r] * s1[at] * eg;     // beta K~
+        s3[at] = scale * s0[at] * eg;     // scale Q~
+        kb[u] = s1[at] * exp2_fast(gs[(C - 1) * LS + c + u] - g);  // Kbar
+      }
+      st2(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), kb[0], kb[1]);
+      st2(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c], s3[r * LS + c + 1]);
     }
     for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
     blk.sync();
@@ -1665,13 +1703,13 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       }
       blk.sync();
       // (g) gate backward, pre-norm dq^ / dk^ out (over the consumed X_q / X_k slices), row dots
-      for (int e = tid; e < C * KS; e += NTHR) {
-        const int r = e / KS, c = e % KS;
-        const float dg = dG[r * LS + c];
-        if (r < cp.L) st(df, cp.in(dm, r, k0 + c), dg * gx[r * LS + c]);
-        dA_acc += dg * ga[r * LS + c];
-        st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[r * LS + c]);
-        st(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), DK[r * LS + c]);
+      for (int e = tid; e < C * KS / 2; e += NTHR) {  // columns c, c + 1 per thread
+        const int r = e / (KS / 2), c = 2 * (e % (KS / 2)), at = r * LS + c;
+        const float dg0 = dG[at], dg1 = dG[at + 1];
+        if (r < cp.L) st2(df, cp.in(dm, r, k0 + c), dg0 * gx[at], dg1 * gx[at + 1]);
+        dA_acc += dg0 * ga[at] + dg1 * ga[at + 1];
+        st2(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[at], DQ[at + 1]);
+        st2(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), DK[at], DK[at + 1]);
       }
       add_row_sums<C, KS, NTHR>(blk, dotq, [&](int r, int c) { return DQ[r * LS + c] * sq[r * LS + c]; });
       add_row_sums<C, KS, NTHR>(blk, dotk, [&](int r, int c) { return DK[r * LS + c] * sk[r * LS + c]; });
@@ -1685,15 +1723,22 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     T* dq = static_cast<T*>(a.dq);
     T* dk = static_cast<T*>(a.dk);
     T* db = static_cast<T*>(a.db);
-    for (int e = tid; e < C * G::D; e += NTHR) {
-      const int r = e / G::D, col = e % G::D;
+    for (int e = tid; e < C * G::D / 2; e += NTHR) {  // columns col, col + 1 per thread
+      const int r = e / (G::D / 2), col = 2 * (e % (G::D / 2));
       if (r >= cp.L) continue;
-      const int64_t ii = cp.in(dm, r, col);
-      const float qh = ld(q, ii) * rq[r], kh = ld(k, ii) * rk[r];
-      const float dqh = ld(static_cast<const T*>(ws.t2), cp.ws(dm, r, col));
-      const float dkh = ld(static_cast<const T*>(ws.t3), cp.ws(dm, r, col));
-      st(dq, ii, rq[r] * (dqh - dotq[r] * qh));
-      st(dk, ii, rk[r] * (dkh - dotk[r] * kh));
+      const int64_t ii = cp.in(dm, r, col), wi = cp.ws(dm, r, col);
+      float qh[2], kh[2], dqh[2], dkh[2];
+      ld2(q, ii, qh[0], qh[1]);
+      ld2(k, ii, kh[0], kh[1]);
+      ld2(static_cast<const T*>(ws.t2), wi, dqh[0], dqh[1]);
+      ld2(static_cast<const T*>(ws.t3), wi, dkh[0], dkh[1]);
+      float oq[2], ok[2];
+      for (int u = 0; u < 2; ++u) {
+        oq[u] = rq[r] * (dqh[u] - dotq[r] * qh[u] * rq[r]);
+        ok[u] = rk[r] * (dkh[u] - dotk[r] * kh[u] * rk[r]);
+      }
+      st2(dq, ii, oq[0], oq[1]);
+      st2(dk, ii, ok[0], ok[1]);
     }
     for (int r = tid; r < cp.L; r += NTHR) st(db, cp.in_row(dm, r), dbe[r] * be[r] * (1.0f - be[r]));
   }
