@@ -117,7 +117,8 @@ struct Cfg {
   static_assert((C * KS) % (2 * NTHR) == 0, "slice loops (column pairs) are uniform over threads");
   static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
   static_assert((C * BV) % NTHR_I == 0 && (D * BV) % NTHR_I == 0 && NTHR_I % BV == 0);
-  static_assert((D * D) % NTHR_A == 0 && (RB * D) % NTHR_A == 0);
+  static_assert((D * D) % NTHR_A == 0 && (RB * D) % (2 * NTHR_A) == 0);
+  static_assert((C * D) % (2 * NTHR_I) == 0 && (C * BV) % (2 * NTHR_I) == 0, "scan loads: column pairs");
 
   // shared memory, in floats
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
@@ -213,6 +214,15 @@ KDA_DEV void ld2(const T* p, int64_t i, float& v0, float& v1) {
 #endif
   v0 = ld(p, i);
   v1 = ld(p, i + 1);
+}
+// p[0] = v0, p[1] = v1 (shared memory, p 8-byte aligned): one 64-bit store on the GPU.
+KDA_DEV void sts2(float* p, float v0, float v1) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+#else
+  p[0] = v0;
+  p[1] = v1;
+#endif
 }
 // dst[0..3] = src[0..3]; both 16-byte aligned: one 128-bit load and store on the GPU.
 KDA_DEV void copy4(float* dst, const float* src) {
@@ -1046,21 +1056,22 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
   float pW[MA], pQ[MA], pK[MA], pU[MB], pO[MB], pE = 0.0f;
   auto fetch = [&](int64_t n) {
     const int64_t row0 = bh * Tp + n * C;
+    // two adjacent columns a thread: one 32-bit (bf16) / 64-bit (fp32) load each
     KDA_UNROLL
-    for (int m = 0; m < MA; ++m) {
-      const int e = tid + m * NT_;
+    for (int m = 0; m < MA / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
       const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
-      pW[m] = ld(static_cast<const T*>(ws.t0), gi);
-      pQ[m] = ld(static_cast<const T*>(ws.t2), gi);
-      pK[m] = ld(static_cast<const T*>(ws.t3), gi);
+      ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
-    for (int m = 0; m < MB; ++m) {
-      const int e = tid + m * NT_;
+    for (int m = 0; m < MB / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      pU[m] = ld(static_cast<const float*>(ws.t1), gi);
-      pO[m] = ld(static_cast<const T*>(ws.t4), gi);
+      ld2(static_cast<const float*>(ws.t1), gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t4), gi, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
@@ -1069,19 +1080,19 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     const int64_t t0 = n * C;
     if (!kPrefetch) fetch(n);
     KDA_UNROLL
-    for (int m = 0; m < MA; ++m) {
-      const int e = tid + m * NT_;
+    for (int m = 0; m < MA / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
-      Ws[r * LDA + i] = pW[m];
-      Qs[r * LDA + i] = pQ[m];
-      Ks[r * LDA + i] = pK[m];
+      sts2(Ws + r * LDA + i, pW[2 * m], pW[2 * m + 1]);
+      sts2(Qs + r * LDA + i, pQ[2 * m], pQ[2 * m + 1]);
+      sts2(Ks + r * LDA + i, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
-    for (int m = 0; m < MB; ++m) {
-      const int e = tid + m * NT_;
+    for (int m = 0; m < MB / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
       const int r = e / BV, jj = e % BV;
-      Us[r * LBV + jj] = pU[m];
-      Os[r * LBV + jj] = pO[m];
+      sts2(Us + r * LBV + jj, pU[2 * m], pU[2 * m + 1]);
+      sts2(Os + r * LBV + jj, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) eg[tid] = expf(pE);
     if (kPrefetch && n + 1 < NT) fetch(n + 1);
@@ -1233,16 +1244,17 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
     const int64_t t0 = n * C + rb * RB;               // token row
     KDA_UNROLL
-    for (int m = 0; m < MR; ++m) {
-      const int e = tid + m * NT_;
+    for (int m = 0; m < MR / 2; ++m) {  // two adjacent columns a thread
+      const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      pW[m] = ld(static_cast<const T*>(ws.t0), gi);
-      pQ[m] = ld(static_cast<const T*>(ws.t2), gi);
-      pK[m] = ld(static_cast<const T*>(ws.t3), gi);
-      pU[m] = ld(static_cast<const float*>(ws.t1), gi);
-      pD[m] = ld(static_cast<const T*>(ws.t4), gi);
-      pO[m] = t0 + r < dm.T ? ld(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : 0.0f;
+      ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(static_cast<const float*>(ws.t1), gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.t4), gi, pD[2 * m], pD[2 * m + 1]);
+      pO[2 * m] = pO[2 * m + 1] = 0.0f;
+      if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
     }
   };
   fetch_state(NT - 1);
@@ -1257,15 +1269,15 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int rb = 0; rb < C / RB; ++rb) {
       const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
       KDA_UNROLL
-      for (int m = 0; m < MR; ++m) {
-        const int e = tid + m * NT_;
+      for (int m = 0; m < MR / 2; ++m) {
+        const int e = 2 * (tid + m * NT_);
         const int r = e / D, i = e % D;
-        Wr[r * LD + i] = pW[m];
-        Qr[r * LD + i] = pQ[m];
-        Kr[r * LD + i] = pK[m];
-        Ur[r * LD + i] = pU[m];
-        Dr[r * LD + i] = pD[m];
-        Or[r * LD + i] = pO[m];
+        sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
+        sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
+        sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
+        sts2(Ur + r * LD + i, pU[2 * m], pU[2 * m + 1]);
+        sts2(Dr + r * LD + i, pD[2 * m], pD[2 * m + 1]);
+        sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
