@@ -832,6 +832,25 @@ KDA_DEV void solve_unit_lower(Blk& blk, const float* A, float* Tm, float* Z) {
   }
 }
 
+// A block_product finish: element (r, c) goes to slice `keep` and to column col0 + c of the
+// chunk's rows of workspace tile `dst` (pairs: one 32/64-bit store).
+template <class G, class TO>
+struct KeepAndStore {
+  float* keep;
+  TO* dst;
+  const ChunkPos* cp;
+  int col0;
+  KDA_DEV void operator()(int r, int c, float v) const {
+    keep[r * G::LS + c] = v;
+    st(dst, cp->ws_base + (r * cp->D + col0 + c), v);
+  }
+  KDA_DEV void operator()(int r, int c, float v0, float v1) const {
+    keep[r * G::LS + c] = v0;
+    keep[r * G::LS + c + 1] = v1;
+    st2(dst, cp->ws_base + (r * cp->D + col0 + c), v0, v1);
+  }
+};
+
 // Lower-triangular helpers for block_product: tiles with some s <= r / s < r, k ranges.
 struct TileLowerIncl {  // tile (m0, n0) of a C x C result holds an element with c <= r
   KDA_DEV bool operator()(int m0, int n0) const { return n0 < m0 + 16; }
@@ -932,16 +951,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
         zero,
-        Overload{[&](int r, int c, float v) {
-                   s5[r * LS + c] = v;
-                   st(static_cast<T*>(ws.t0), cp.ws(dm, r, k0 + c), v);
-                 },
-                 [&](int r, int c, float v0, float v1) {
-                   s5[r * LS + c] = v0;
-                   s5[r * LS + c + 1] = v1;
-                   st2(static_cast<T*>(ws.t0), cp.ws(dm, r, k0 + c), v0, v1);
-                 }},
-        AllTiles(), KUpToRow());
+        KeepAndStore<G, T>{s5, static_cast<T*>(ws.t0), &cp, k0}, AllTiles(), KUpToRow());
     blk.sync();
     // Qp = scale Q~ - A_qk W
     block_product<kTC, kSplit, NTHR>(
@@ -962,16 +972,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; },
         zero,
-        Overload{[&](int r, int c, float v) {
-                   s2[r * LS + c] = v;
-                   st(static_cast<float*>(ws.t1), cp.ws(dm, r, v0 + c), v);
-                 },
-                 [&](int r, int c, float x0, float x1) {
-                   s2[r * LS + c] = x0;
-                   s2[r * LS + c + 1] = x1;
-                   st2(static_cast<float*>(ws.t1), cp.ws(dm, r, v0 + c), x0, x1);
-                 }},
-        AllTiles(), KUpToRow());
+        KeepAndStore<G, float>{s2, static_cast<float*>(ws.t1), &cp, v0}, AllTiles(), KUpToRow());
     blk.sync();
     // Ob = A_qk U
     block_product<kTC, kSplit, NTHR>(
