@@ -345,6 +345,36 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
   }
 }
 
+// NB products sharing A: tile u (acc + 4u, 16x8) += sum_{k<K} A(r, k) B_u(k, c), b_at(u, k, c).
+// Each A fragment is loaded and converted once for the NB tiles.
+template <bool kSplit, int NB, class Blk, class FA, class FB>
+KDA_DEV void mma_acc_shared_a(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
+  const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
+  auto split = [](float x, uint32_t& hi, uint32_t& lo) {
+    if constexpr (kSplit) tf32_split(x, hi, lo);
+    else hi = tf32_op(x);
+  };
+  KDA_UNROLL
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float a[4] = {a_at(g, k0 + t), a_at(g + 8, k0 + t), a_at(g, k0 + t + 4), a_at(g + 8, k0 + t + 4)};
+    uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
+    KDA_UNROLL
+    for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
+    KDA_UNROLL
+    for (int u = 0; u < NB; ++u) {
+      uint32_t bh[2], bl[2] = {0u, 0u};
+      split(b_at(u, k0 + t, g), bh[0], bl[0]);
+      split(b_at(u, k0 + t + 4, g), bh[1], bl[1]);
+      float(&d)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
+      if constexpr (kSplit) {
+        blk.mma_tf32(d, al, bh);
+        blk.mma_tf32(d, ah, bl);
+      }
+      blk.mma_tf32(d, ah, bh);
+    }
+  }
+}
+
 // ---- block-level products -------------------------------------------------------------
 // A finish that also takes (r, c, v0, v1), the adjacent columns c and c + 1 of one row, is
 // called that way on the tensor-core path (an mma C fragment holds such pairs), so that a
@@ -1203,11 +1233,12 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
   constexpr bool kSplit = std::is_same_v<T, float>;
-  // S' accumulator: SIMT owns elements tid + m NT_; TC owns 16x8 tiles warp + u NW
+  // S' accumulator: SIMT owns elements tid + m NT_; TC owns the 16x8 tiles warp NACC_T + u
   constexpr int NACC = D * D / NT_;
   constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN, NACC_T = NTILE_ACC / NW;
   static_assert((RB / 16) * TN == NW, "one 16x8 tile per warp in the row-block products");
   static_assert(NTILE_ACC % NW == 0 && NACC_T * 4 == NACC);
+  static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
   float* S = smem;                    // [D][LD]  h[n]
@@ -1344,17 +1375,14 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
           st2(static_cast<T*>(ws.t3), gi, xk[e], xk[e + 1]);
         }
-        KDA_UNROLL
-        for (int u = 0; u < NACC_T; ++u) {
-          const int ti = warp + u * NW;
-          const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
-          float ac[4] = {acc[4 * u], acc[4 * u + 1], acc[4 * u + 2], acc[4 * u + 3]};
-          mma_acc<kSplit>(blk, ac, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
-                              [&](int k, int c) { return Or[k * LD + c0 + c]; });
-          mma_acc<kSplit>(blk, ac, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
-                              [&](int k, int c) { return Dr[k * LD + c0 + c]; });
-          KDA_UNROLL
-          for (int e = 0; e < 4; ++e) acc[4 * u + e] = ac[e];
+        {  // this warp's NACC_T S' tiles: one row of tiles (m0), adjacent columns from c0
+          const int ti = warp * NACC_T, m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+          mma_acc_shared_a<kSplit, NACC_T>(
+              blk, acc, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Or[k * LD + c0 + 8 * u + c]; });
+          mma_acc_shared_a<kSplit, NACC_T>(
+              blk, acc, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Dr[k * LD + c0 + 8 * u + c]; });
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
@@ -1393,7 +1421,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     if constexpr (kTC) {
       KDA_UNROLL
       for (int u = 0; u < NACC_T; ++u) {
-        const int ti = warp + u * NW;
+        const int ti = warp * NACC_T + u;  // as in the accumulation above
         const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
         for (int e = 0; e < 4; ++e) {
           int r, c;
