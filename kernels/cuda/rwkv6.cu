@@ -1879,15 +1879,8 @@ void launch_scan(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream) {
 }
 
 // State-scan tile width: 64 x 64 tiles, except D = 64 where 32 x 32 tiles give 4x the CTAs
-// (B*H alone is below the SM count at the benchmark shapes). LT_RWKV6_SCAN_W=64 overrides
-// (development experiments).
-bool scan_tile_32(int64_t D) {
-  static const int forced = [] {
-    const char* e = std::getenv("LT_RWKV6_SCAN_W");
-    return e ? std::atoi(e) : 0;
-  }();
-  return D == 64 && forced != 64;
-}
+// (B*H alone is below the SM count at the benchmark shapes; docs/notes-rwkv6.md).
+bool scan_tile_32(int64_t D) { return D == 64; }
 
 template <class T, int C>
 void forward_t(const CudaArgs& a, cudaStream_t stream) {
