@@ -345,10 +345,11 @@ KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a
   }
 }
 
-// NB products sharing A: tile u (acc + 4u, 16x8) += sum_{k<K} A(r, k) B_u(k, c), b_at(u, k, c).
-// Each A fragment is loaded and converted once for the NB tiles.
-template <bool kSplit, int NB, class Blk, class FA, class FB>
-KDA_DEV void mma_acc_shared_a(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
+// An NA x NB block of 16x8 products: tile (i, u) (acc + 4 (i NB + u)) += sum_{k<K} A_i(r, k)
+// B_u(k, c), with a_at(i, r, k) and b_at(u, k, c). Each A and each B fragment is loaded and
+// converted once per k step for all the tiles that use it (NA + NB loads for NA NB mma).
+template <bool kSplit, int NA, int NB, class Blk, class FA, class FB>
+KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   auto split = [](float x, uint32_t& hi, uint32_t& lo) {
     if constexpr (kSplit) tf32_split(x, hi, lo);
@@ -356,21 +357,30 @@ KDA_DEV void mma_acc_shared_a(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
   };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
-    const float a[4] = {a_at(g, k0 + t), a_at(g + 8, k0 + t), a_at(g, k0 + t + 4), a_at(g + 8, k0 + t + 4)};
-    uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
+    uint32_t ah[NA][4], al[NA][4] = {}, bh[NB][2], bl[NB][2] = {};
     KDA_UNROLL
-    for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
+    for (int i = 0; i < NA; ++i) {
+      split(a_at(i, g, k0 + t), ah[i][0], al[i][0]);
+      split(a_at(i, g + 8, k0 + t), ah[i][1], al[i][1]);
+      split(a_at(i, g, k0 + t + 4), ah[i][2], al[i][2]);
+      split(a_at(i, g + 8, k0 + t + 4), ah[i][3], al[i][3]);
+    }
     KDA_UNROLL
     for (int u = 0; u < NB; ++u) {
-      uint32_t bh[2], bl[2] = {0u, 0u};
-      split(b_at(u, k0 + t, g), bh[0], bl[0]);
-      split(b_at(u, k0 + t + 4, g), bh[1], bl[1]);
-      float(&d)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
-      if constexpr (kSplit) {
-        blk.mma_tf32(d, al, bh);
-        blk.mma_tf32(d, ah, bl);
+      split(b_at(u, k0 + t, g), bh[u][0], bl[u][0]);
+      split(b_at(u, k0 + t + 4, g), bh[u][1], bl[u][1]);
+    }
+    KDA_UNROLL
+    for (int i = 0; i < NA; ++i) {
+      KDA_UNROLL
+      for (int u = 0; u < NB; ++u) {
+        float(&d)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * (i * NB + u));
+        if constexpr (kSplit) {
+          blk.mma_tf32(d, al[i], bh[u]);
+          blk.mma_tf32(d, ah[i], bl[u]);
+        }
+        blk.mma_tf32(d, ah[i], bh[u]);
       }
-      blk.mma_tf32(d, ah, bh);
     }
   }
 }
@@ -1233,11 +1243,22 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
   constexpr bool kSplit = std::is_same_v<T, float>;
-  // S' accumulator: SIMT owns elements tid + m NT_; TC owns the 16x8 tiles warp NACC_T + u
+  // S' accumulator: SIMT owns elements tid + m NT_; TC: see the warp roles below
   constexpr int NACC = D * D / NT_;
-  constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN, NACC_T = NTILE_ACC / NW;
+  constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN;
+  // Tensor cores at D = 64: warp roles. The first NXW warps compute the X products, two
+  // adjacent 16x8 tiles each (one A fragment, two B); the other NSW warps hold the S' tiles
+  // (NACC_T each, one row of tiles: one A fragment for all). The scan is bound by shared-memory
+  // traffic (mio throttle), and every fragment a warp loads now serves two or more mma. At
+  // D = 128 the S' tiles would need 64 accumulator registers a thread on half the warps, so
+  // every warp does both, one X tile and NTILE_ACC / NW S' tiles.
+  constexpr int XT = (RB / 16) * TN;  // X tiles (16x8) of a row block
+  constexpr bool kRoles = kTC && D == 64;
+  constexpr int XN = kRoles ? 2 : 1, NXW = XT / XN, NSW = kRoles ? NW - NXW : NW;
+  constexpr int NACC_T = NTILE_ACC / NSW;
+  static_assert(XT % XN == 0 && (!kRoles || NXW < NW) && (kRoles || NXW == NW));
   static_assert((RB / 16) * TN == NW, "one 16x8 tile per warp in the row-block products");
-  static_assert(NTILE_ACC % NW == 0 && NACC_T * 4 == NACC);
+  static_assert(NTILE_ACC % NSW == 0 && (!kTC || NACC_T * 4 >= NACC));
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
@@ -1256,9 +1277,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
 
   for (int e = tid; e < D * D; e += NT_)
     Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
-  float acc[NACC];
+  constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
+  float acc[kAccN];
   KDA_UNROLL
-  for (int m = 0; m < NACC; ++m) acc[m] = 0.0f;
+  for (int m = 0; m < kAccN; ++m) acc[m] = 0.0f;
 
   // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
   // step ahead, while the previous step computes; they do not depend on S', so only the
@@ -1360,28 +1382,37 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i));
       // S' accumulator += scale Q~^T dO - W^T dDelta over the block's rows
       if constexpr (kTC) {
-        const int r0 = (warp / TN) * 16, n0 = (warp % TN) * 8;  // this warp's 16x8 tile
-        float xq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc2<kSplit>(
-            blk, xq, xw, D, [&](int r, int k) { return Or[(r0 + r) * LD + k]; },
-            [&](int r, int k) { return Dr[(r0 + r) * LD + k]; }, [&](int k, int c) { return S[(n0 + c) * LD + k]; });
-        mma_acc<kSplit>(blk, xk, D, [&](int r, int k) { return Ur[(r0 + r) * LD + k]; },
-                           [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
-        for (int e = 0; e < 4; e += 2) {
-          int r, c;
-          frag_rc(lane, e, r, c);
-          const int64_t gi = (row0 + r0 + r) * D + n0 + c;
-          st2(static_cast<T*>(ws.t2), gi, xq[e], xq[e + 1]);
-          st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
-          st2(static_cast<T*>(ws.t3), gi, xk[e], xk[e + 1]);
+        if (warp < NXW) {  // X tiles (r0, n0 + 8u), u < XN: rows of dO / dDelta / Delta
+          const int xt = warp * XN, r0 = (xt / TN) * 16, n0 = (xt % TN) * 8;
+          float xqw[2 * XN * 4] = {}, xk[XN * 4] = {};  // [X_q | X_w][u][e], [u][e]
+          mma_acc_block<kSplit, 2, XN>(
+              blk, xqw, D, [&](int i, int r, int k) { return (i == 0 ? Or : Dr)[(r0 + r) * LD + k]; },
+              [&](int u, int k, int c) { return S[(n0 + 8 * u + c) * LD + k]; });
+          mma_acc_block<kSplit, 1, XN>(
+              blk, xk, D, [&](int, int r, int k) { return Ur[(r0 + r) * LD + k]; },
+              [&](int u, int k, int c) { return Sp[(n0 + 8 * u + c) * LD + k]; });
+          KDA_UNROLL
+          for (int u = 0; u < XN; ++u) {
+            const float* xq = xqw + 4 * u;
+            const float* xw = xqw + 4 * (XN + u);
+            KDA_UNROLL
+            for (int e = 0; e < 4; e += 2) {
+              int r, c;
+              frag_rc(lane, e, r, c);
+              const int64_t gi = (row0 + r0 + r) * D + n0 + 8 * u + c;
+              st2(static_cast<T*>(ws.t2), gi, xq[e], xq[e + 1]);
+              st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
+              st2(static_cast<T*>(ws.t3), gi, xk[4 * u + e], xk[4 * u + e + 1]);
+            }
+          }
         }
-        {  // this warp's NACC_T S' tiles: one row of tiles (m0), adjacent columns from c0
-          const int ti = warp * NACC_T, m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
-          mma_acc_shared_a<kSplit, NACC_T>(
-              blk, acc, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+        if (!kRoles || warp >= NXW) {  // this warp's NACC_T S' tiles: one row of tiles (m0)
+          const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T, m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+          mma_acc_block<kSplit, 1, NACC_T>(
+              blk, acc, RB, [&](int, int r, int k) { return Qr[k * LD + m0 + r]; },
               [&](int u, int k, int c) { return Or[k * LD + c0 + 8 * u + c]; });
-          mma_acc_shared_a<kSplit, NACC_T>(
-              blk, acc, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+          mma_acc_block<kSplit, 1, NACC_T>(
+              blk, acc, RB, [&](int, int r, int k) { return -Wr[k * LD + m0 + r]; },
               [&](int u, int k, int c) { return Dr[k * LD + c0 + 8 * u + c]; });
         }
       } else {
@@ -1421,7 +1452,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     if constexpr (kTC) {
       KDA_UNROLL
       for (int u = 0; u < NACC_T; ++u) {
-        const int ti = warp * NACC_T + u;  // as in the accumulation above
+        if (kRoles && warp < NXW) break;  // X warps hold no S' tiles (warp-uniform)
+        const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
         const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
         for (int e = 0; e < 4; ++e) {
           int r, c;
