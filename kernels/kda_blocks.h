@@ -279,81 +279,19 @@ KDA_DEV void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
   hi = tf32_round(x);
   lo = tf32_op(x - bits_float(hi));  // an mma operand only: its low bits are ignored
 }
-// acc (16x8) += sum_{k<K} A(r, k) B(k, c); a_at / b_at read the tile (relative coordinates);
-// K a multiple of 8 (a compile-time constant after inlining where it can be).
-template <bool kSplit, class Blk, class FA, class FB>
-KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
-  const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
-  KDA_UNROLL
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const float a[4] = {a_at(g, k0 + t), a_at(g + 8, k0 + t), a_at(g, k0 + t + 4), a_at(g + 8, k0 + t + 4)};
-    const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
-    uint32_t ah[4], bh[2];
-    if constexpr (kSplit) {
-      uint32_t al[4], bl[2];
-      KDA_UNROLL
-      for (int i = 0; i < 4; ++i) tf32_split(a[i], ah[i], al[i]);
-      tf32_split(b[0], bh[0], bl[0]);
-      tf32_split(b[1], bh[1], bl[1]);
-      blk.mma_tf32(acc, al, bh);
-      blk.mma_tf32(acc, ah, bl);
-    } else {  // one TF32 product: the low parts are never formed
-      KDA_UNROLL
-      for (int i = 0; i < 4; ++i) ah[i] = tf32_op(a[i]);
-      bh[0] = tf32_op(b[0]);
-      bh[1] = tf32_op(b[1]);
-    }
-    blk.mma_tf32(acc, ah, bh);
-  }
-}
-// Two products sharing B: acc1 += A1 B, acc2 += A2 B.
-template <bool kSplit, class Blk, class FA1, class FA2, class FB>
-KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a1_at, FA2 a2_at, FB b_at) {
+// An NA x NB block of 16x8 tensor-core products (m16n8k8 TF32, one warp):
+//   acc_at(i, u) += sum_{k<K} A_i(r, k) B_u(k, c)   for r < 16, c < 8,
+// with a_at(i, r, k), b_at(u, k, c) reading the tiles (relative coordinates) and acc_at(i, u)
+// returning the float[4] C fragment of tile (i, u). K a multiple of 8 (a compile-time constant
+// after inlining where it can be). Each A and each B fragment is loaded and converted once per
+// k step for all the tiles that use it (NA + NB loads for NA NB mma). kSplit: 3xTF32
+// (hi hi + hi lo + lo hi, fp32-level accuracy); otherwise one TF32 product.
+template <bool kSplit, int NA, int NB, class Blk, class FC, class FA, class FB>
+KDA_DEV void mma_tiles(Blk& blk, FC acc_at, int K, FA a_at, FB b_at) {
   const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
   auto split = [](float x, uint32_t& hi, uint32_t& lo) {
     if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_op(x);
-  };
-  KDA_UNROLL
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const float b[2] = {b_at(k0 + t, g), b_at(k0 + t + 4, g)};
-    uint32_t bh[2], bl[2] = {0u, 0u};
-    split(b[0], bh[0], bl[0]);
-    split(b[1], bh[1], bl[1]);
-    {
-      const float a[4] = {a1_at(g, k0 + t), a1_at(g + 8, k0 + t), a1_at(g, k0 + t + 4), a1_at(g + 8, k0 + t + 4)};
-      uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
-      KDA_UNROLL
-      for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
-      if constexpr (kSplit) {
-        blk.mma_tf32(acc1, al, bh);
-        blk.mma_tf32(acc1, ah, bl);
-      }
-      blk.mma_tf32(acc1, ah, bh);
-    }
-    {
-      const float a[4] = {a2_at(g, k0 + t), a2_at(g + 8, k0 + t), a2_at(g, k0 + t + 4), a2_at(g + 8, k0 + t + 4)};
-      uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
-      KDA_UNROLL
-      for (int i = 0; i < 4; ++i) split(a[i], ah[i], al[i]);
-      if constexpr (kSplit) {
-        blk.mma_tf32(acc2, al, bh);
-        blk.mma_tf32(acc2, ah, bl);
-      }
-      blk.mma_tf32(acc2, ah, bh);
-    }
-  }
-}
-
-// An NA x NB block of 16x8 products: tile (i, u) (acc + 4 (i NB + u)) += sum_{k<K} A_i(r, k)
-// B_u(k, c), with a_at(i, r, k) and b_at(u, k, c). Each A and each B fragment is loaded and
-// converted once per k step for all the tiles that use it (NA + NB loads for NA NB mma).
-template <bool kSplit, int NA, int NB, class Blk, class FA, class FB>
-KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
-  const int lane = blk.tid() & 31, g = lane >> 2, t = lane & 3;
-  auto split = [](float x, uint32_t& hi, uint32_t& lo) {
-    if constexpr (kSplit) tf32_split(x, hi, lo);
-    else hi = tf32_op(x);
+    else hi = tf32_op(x);  // the low parts are never formed
   };
   KDA_UNROLL
   for (int k0 = 0; k0 < K; k0 += 8) {
@@ -374,7 +312,7 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
     for (int i = 0; i < NA; ++i) {
       KDA_UNROLL
       for (int u = 0; u < NB; ++u) {
-        float(&d)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * (i * NB + u));
+        float(&d)[4] = acc_at(i, u);
         if constexpr (kSplit) {
           blk.mma_tf32(d, al[i], bh[u]);
           blk.mma_tf32(d, ah[i], bl[u]);
@@ -383,6 +321,27 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
       }
     }
   }
+}
+// One tile: acc (16x8) += sum_{k<K} A(r, k) B(k, c).
+template <bool kSplit, class Blk, class FA, class FB>
+KDA_DEV void mma_acc(Blk& blk, float (&acc)[4], int K, FA a_at, FB b_at) {
+  mma_tiles<kSplit, 1, 1>(
+      blk, [&](int, int) -> float(&)[4] { return acc; }, K, [&](int, int r, int k) { return a_at(r, k); },
+      [&](int, int k, int c) { return b_at(k, c); });
+}
+// Two products sharing B: acc1 += A1 B, acc2 += A2 B.
+template <bool kSplit, class Blk, class FA1, class FA2, class FB>
+KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a1_at, FA2 a2_at, FB b_at) {
+  mma_tiles<kSplit, 2, 1>(
+      blk, [&](int i, int) -> float(&)[4] { return i == 0 ? acc1 : acc2; }, K,
+      [&](int i, int r, int k) { return i == 0 ? a1_at(r, k) : a2_at(r, k); }, [&](int, int k, int c) { return b_at(k, c); });
+}
+// NA x NB tiles stored contiguously: tile (i, u) at acc + 4 (i NB + u).
+template <bool kSplit, int NA, int NB, class Blk, class FA, class FB>
+KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
+  mma_tiles<kSplit, NA, NB>(
+      blk, [&](int i, int u) -> float(&)[4] { return *reinterpret_cast<float(*)[4]>(acc + 4 * (i * NB + u)); }, K,
+      a_at, b_at);
 }
 
 // ---- block-level products -------------------------------------------------------------
