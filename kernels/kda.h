@@ -127,10 +127,13 @@ struct FusedArgs {
 // Scratch of the fused path, from the caller (the engine takes it from the caching
 // allocator). Every buffer is fully overwritten by the kernel that produces it, so it may be
 // handed over uninitialised. Sizes in bytes from workspace_bytes(dims, dtype).
-// The tiles t0, t2, t3, t4, sq and aqk hold elements of `dtype` (fp32 for f32 inputs, bf16
-// for bf16 inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta) and
-// the rest are fp32 always: Delta feeds dA_qk, dv and every gate gradient, and storing it in
-// bf16 was the largest single source of error in dA_log (docs/notes-kda.md).
+// The tiles t0, t2, t4, sq and aqk hold elements of `dtype` (fp32 for f32 inputs, bf16 for
+// bf16 inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta), t3 (Kbar,
+// then X_k) and the rest are fp32 always. Delta and X_k = Delta S'^T feed every gate
+// gradient; in bf16 they were the two largest sources of error in dA_log, a per-head sum of
+// cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32 t3 is paid for by the
+// backward's two parts: A_qk is dead after the first launch, so the engine frees it before
+// it allocates the gradients (memory-neutral at C = D = 64).
 //
 // Forward -> backward contract (the backward does not recompute the intra-chunk products):
 //   forward writes  t0 = W, t1 = U, t2 = Qp = scale Q~ - A_qk W, t3 = Kbar, t4 = Ob = A_qk U,
@@ -140,6 +143,7 @@ struct FusedArgs {
 //                   and needs neither sq nor the forward's t2 / t4). It rewrites t0..t4 in
 //                   place (t0 W -> X_w, t1 U -> Delta, t2 scale Q~ -> X_q, t3 Kbar -> X_k,
 //                   t4 = A_qk^T dO -> dDelta), so one forward's tiles serve one backward.
+//                   Only its first launch (aqk_dO) reads aqk.
 struct Workspace {
   // chunk-local tiles, [B, H, Tp, D]
   void* t0 = nullptr;
@@ -155,8 +159,8 @@ struct Workspace {
   uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the aqk_dO kernel)
 };
 struct WorkspaceBytes {
-  size_t tile = 0;      // each of t0, t2, t3, t4, sq (dtype elements)
-  size_t tile1 = 0;     // t1 (fp32 elements)
+  size_t tile = 0;      // each of t0, t2, t4, sq (dtype elements)
+  size_t tile_f32 = 0;  // each of t1, t3 (fp32 elements)
   size_t aqk = 0;       // aqk (dtype elements, [B, H, Tp, C])
   size_t gamma = 0;     // gamma and dgamma_s each
   size_t partials = 0;
@@ -165,18 +169,29 @@ struct WorkspaceBytes {
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 
-// Throw std::invalid_argument naming the problem (D, C, dtype, null pointers).
-void check_fused_args(const FusedArgs& a, bool backward);
-void check_workspace(const Workspace& ws, bool backward);
+// The backward in two parts, so that the caller can free A_qk in between (the engine does):
+//   aqk_dO    launch 1: t4 = A_qk^T dO, zeroes the counters. Reads aqk, dO; writes t4 and
+//             counters only (FusedArgs' gradient pointers may still be null).
+//   adjoints  launches 2-3: inter adjoint, intra adjoint. Never reads aqk (ws.aqk may be null).
+//   all       both, in order.
+enum class BackwardPart { all, aqk_dO, adjoints };
+
+// Throw std::invalid_argument naming the problem (D, C, dtype, null pointers). Forward:
+// check_fused_args(a) / check_workspace(ws); backward: pass the part that will run.
+void check_fused_args(const FusedArgs& a);
+void check_fused_args(const FusedArgs& a, BackwardPart part);
+void check_workspace(const Workspace& ws);
+void check_workspace(const Workspace& ws, BackwardPart part);
 
 // CPU twins (emulated thread blocks; slow: for tests at small shapes).
 void fused_forward_cpu(const FusedArgs& a, const Workspace& ws);
-void fused_backward_cpu(const FusedArgs& a, const Workspace& ws);
+void fused_backward_cpu(const FusedArgs& a, const Workspace& ws, BackwardPart part = BackwardPart::all);
 
 // CUDA (kernels/cuda/kda.cu; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
 // Stage scopes "intra", "inter" (forward) and "aqk_dO", "inter_adjoint",
 // "intra_adjoint" (backward) name the launches in the launch atlas.
 void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
-void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
+void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream,
+                         BackwardPart part = BackwardPart::all);
 
 }  // namespace lt::kda

@@ -941,7 +941,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         s3[at] = scale * s0[at] * eg;     // scale Q~
         kb[u] = s1[at] * exp2_fast(gs[(C - 1) * LS + c + u] - g);  // Kbar
       }
-      st2(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), kb[0], kb[1]);
+      st2(static_cast<float*>(ws.t3), cp.ws(dm, r, k0 + c), kb[0], kb[1]);
       st2(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c], s3[r * LS + c + 1]);
     }
     for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
@@ -1063,7 +1063,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
       const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
       ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
       ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(static_cast<const float*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
     for (int m = 0; m < MB / 2; ++m) {
@@ -1263,7 +1263,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       const int64_t gi = (row0 + r) * D + i;
       ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
       ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(static_cast<const float*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
       ld2(static_cast<const float*>(ws.t1), gi, pU[2 * m], pU[2 * m + 1]);
       ld2(static_cast<const T*>(ws.t4), gi, pD[2 * m], pD[2 * m + 1]);
       pO[2 * m] = pO[2 * m + 1] = 0.0f;
@@ -1361,7 +1361,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
               const int64_t gi = (row0 + r0 + r) * D + n0 + 8 * u + c;
               st2(static_cast<T*>(ws.t2), gi, xq[e], xq[e + 1]);
               st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
-              st2(static_cast<T*>(ws.t3), gi, xk[4 * u + e], xk[4 * u + e + 1]);
+              st2(static_cast<float*>(ws.t3), gi, xk[4 * u + e], xk[4 * u + e + 1]);
             }
           }
         }
@@ -1387,7 +1387,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           const int64_t gi = (row0 + r) * D + i;
           st(static_cast<T*>(ws.t2), gi, xq);
           st(static_cast<T*>(ws.t0), gi, xw);
-          st(static_cast<T*>(ws.t3), gi, xk);
+          st(static_cast<float*>(ws.t3), gi, xk);
         }
         KDA_UNROLL
         for (int m = 0; m < NACC; ++m) {
@@ -1490,7 +1490,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     pf.template tile<T>(blk, cp, C, ws.t0);
     pf.template tile<float>(blk, cp, C, ws.t1);
     pf.template tile<T>(blk, cp, C, ws.t2);
-    pf.template tile<T>(blk, cp, C, ws.t3);
+    pf.template tile<float>(blk, cp, C, ws.t3);
     pf.template tile<T>(blk, cp, C, ws.t4);
   }
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
@@ -1642,7 +1642,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         dG[r * LS + c] += t * sq[r * LS + c];
       }
       blk.sync();
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t3), k0, X);  // X_k = dKbar
+      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.t3), k0, X);  // X_k = dKbar
       blk.sync();
       // (c) Kbar = K^ e^{gamma - Gamma}
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -1741,7 +1741,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         if (r < cp.L) st2(df, cp.in(dm, r, k0 + c), dg0 * gx[at], dg1 * gx[at + 1]);
         dA_acc += dg0 * ga[at] + dg1 * ga[at + 1];
         st2(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[at], DQ[at + 1]);
-        st2(static_cast<T*>(ws.t3), cp.ws(dm, r, k0 + c), DK[at], DK[at + 1]);
+        st2(static_cast<float*>(ws.t3), cp.ws(dm, r, k0 + c), DK[at], DK[at + 1]);
       }
       add_row_sums<C, KS, NTHR>(blk, dotq, [&](int r, int c) { return DQ[r * LS + c] * sq[r * LS + c]; });
       add_row_sums<C, KS, NTHR>(blk, dotk, [&](int r, int c) { return DK[r * LS + c] * sk[r * LS + c]; });
@@ -1763,7 +1763,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       ld2(q, ii, qh[0], qh[1]);
       ld2(k, ii, kh[0], kh[1]);
       ld2(static_cast<const T*>(ws.t2), wi, dqh[0], dqh[1]);
-      ld2(static_cast<const T*>(ws.t3), wi, dkh[0], dkh[1]);
+      ld2(static_cast<const float*>(ws.t3), wi, dkh[0], dkh[1]);
       float oq[2], ok[2];
       for (int u = 0; u < 2; ++u) {
         oq[u] = rq[r] * (dqh[u] - dotq[r] * qh[u] * rq[r]);

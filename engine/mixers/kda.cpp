@@ -52,7 +52,8 @@ struct KdaSaved {
   bool has_h0 = false;
   // fused: the state trajectory and the forward's intra-chunk tiles (kernels/kda.h,
   // Workspace: W, U, scale Q~, Kbar, A_qk, gamma). The backward rewrites the tiles in
-  // place, so they serve one backward: a second one on the same saved state throws.
+  // place, so they serve one backward: a second one on the same saved state throws. It
+  // releases A_qk after its first launch (the gradients reuse that memory).
   Tensor h;                // [B,H,NT,D,D] f32 state trajectory
   Tensor W, U, sQ, Kbar, Aqk, gamma;
   bool consumed = false;
@@ -361,9 +362,9 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   const DType dt = in.q.dtype();
   const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
   sv.W = tile_of(wb.tile, dt, dev);
-  sv.U = tile_of(wb.tile1, DType::f32, dev);
+  sv.U = tile_of(wb.tile_f32, DType::f32, dev);
   sv.sQ = tile_of(wb.tile, dt, dev);
-  sv.Kbar = tile_of(wb.tile, dt, dev);
+  sv.Kbar = tile_of(wb.tile_f32, DType::f32, dev);
   sv.Aqk = tile_of(wb.aqk, dt, dev);
   sv.gamma = tile_of(wb.gamma, DType::f32, dev);
   const Tensor Qp = tile_of(wb.tile, dt, dev), Ob = tile_of(wb.tile, dt, dev);  // forward only
@@ -393,6 +394,30 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   a.h = const_cast<float*>(sv.h.data<float>());
   a.dO = dO.data_ptr();
   a.dht = dht.defined() ? dht.data<float>() : nullptr;
+  const DType dt = in.q.dtype();
+  const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
+  kda::Workspace ws;
+  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = sv.sQ.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
+  ws.gamma = sv.gamma.data<float>();
+  auto run = [&](kda::BackwardPart part) {
+#if LINTRAIN_WITH_CUDA
+    if (dev.is_cuda()) kda::fused_backward_cuda(a, ws, current_stream(dev).handle(), part);
+    else
+#endif
+      kda::fused_backward_cpu(a, ws, part);
+  };
+  // Part 1 (aqk_dO): t4 = A_qk^T dO. A_qk is dead after it: it goes back to the caching
+  // allocator before the gradients are allocated (stream order makes the reuse safe), which
+  // pays for the fp32 Kbar / X_k tile (kernels/kda.h).
+  const Tensor t4 = tile_of(wb.tile, dt, dev), counters = tile_of(wb.counters, DType::i32, dev);
+  ws.t4 = t4.data_ptr();
+  ws.aqk = sv.Aqk.data_ptr();
+  ws.counters = static_cast<uint32_t*>(counters.data_ptr());
+  run(kda::BackwardPart::aqk_dO);
+  sv.consumed = true;  // (argument errors throw before any kernel runs: the tiles are intact then)
+  ws.aqk = nullptr;
+  sv.Aqk = Tensor();
+  // Part 2 (inter adjoint, intra adjoint): the gradients.
   KdaGrads g;
   g.dq = Tensor::empty(in.q.shape(), in.q.dtype(), dev);
   g.dk = Tensor::empty(in.q.shape(), in.q.dtype(), dev);
@@ -407,21 +432,9 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   a.dA_log = g.dA_log.data<float>();
   a.ddt_bias = g.ddt_bias.data<float>();
   a.dh0 = g.dh0.defined() ? g.dh0.data<float>() : nullptr;
-  const DType dt = in.q.dtype();
-  const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
-  const Tensor t4 = tile_of(wb.tile, dt, dev), dgamma_s = tile_of(wb.gamma, DType::f32, dev);
-  const Tensor partials = tile_of(wb.partials, DType::f32, dev), counters = tile_of(wb.counters, DType::i32, dev);
-  kda::Workspace ws;
-  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = sv.sQ.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
-  ws.t4 = t4.data_ptr(); ws.aqk = sv.Aqk.data_ptr(); ws.gamma = sv.gamma.data<float>();
+  const Tensor dgamma_s = tile_of(wb.gamma, DType::f32, dev), partials = tile_of(wb.partials, DType::f32, dev);
   ws.dgamma_s = dgamma_s.data<float>(); ws.partials = partials.data<float>();
-  ws.counters = static_cast<uint32_t*>(counters.data_ptr());
-#if LINTRAIN_WITH_CUDA
-  if (dev.is_cuda()) kda::fused_backward_cuda(a, ws, current_stream(dev).handle());
-  else
-#endif
-    kda::fused_backward_cpu(a, ws);
-  sv.consumed = true;  // (argument errors throw before any kernel runs: the tiles are intact then)
+  run(kda::BackwardPart::adjoints);
   return g;
 }
 

@@ -273,7 +273,7 @@ namespace lt::kda {
 WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   WorkspaceBytes w;
   w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * dtype_size(dtype);
-  w.tile1 = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
+  w.tile_f32 = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
   w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
@@ -285,7 +285,9 @@ size_t trajectory_bytes(const Dims& dm) {
   return static_cast<size_t>(dm.B * dm.H * dm.NT()) * dm.D * dm.D * sizeof(float);
 }
 
-void check_fused_args(const FusedArgs& a, bool backward) {
+namespace {
+
+void check_common(const FusedArgs& a) {
   const Dims& d = a.dims;
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: " + what); };
   if (d.B <= 0 || d.T <= 0 || d.H <= 0) fail("B, T, H must be positive");
@@ -296,16 +298,35 @@ void check_fused_args(const FusedArgs& a, bool backward) {
   if (a.gate.use_lower_bound && !(a.gate.lower_bound < 0.0f)) fail("lower_bound must be < 0");
   if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
   if (!a.h) fail("missing state trajectory h");
-  if (!backward && !a.o) fail("missing output o");
-  if (backward && (!a.dO || !a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
-    fail("missing backward pointer");
 }
 
-void check_workspace(const Workspace& ws, bool backward) {
+}  // namespace
+
+void check_fused_args(const FusedArgs& a) {
+  check_common(a);
+  if (!a.o) throw std::invalid_argument("kda fused: missing output o");
+}
+
+void check_fused_args(const FusedArgs& a, BackwardPart part) {
+  check_common(a);
+  if (!a.dO) throw std::invalid_argument("kda fused: missing backward input dO");
+  if (part != BackwardPart::aqk_dO && (!a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
+    throw std::invalid_argument("kda fused: missing gradient pointer (dq, dk, dv, df, db, dA_log or ddt_bias)");
+}
+
+void check_workspace(const Workspace& ws) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: workspace " + what); };
   if (!ws.t0 || !ws.t1 || !ws.t2 || !ws.t3 || !ws.t4 || !ws.aqk || !ws.gamma) fail("tile pointer missing");
-  if (!backward && !ws.sq) fail("sq (scale Q~, kept for the backward) missing");
-  if (backward && (!ws.dgamma_s || !ws.partials || !ws.counters)) fail("backward scratch pointer missing");
+  if (!ws.sq) fail("sq (scale Q~, kept for the backward) missing");
+}
+
+void check_workspace(const Workspace& ws, BackwardPart part) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: workspace " + what); };
+  if (!ws.t4 || !ws.counters) fail("t4 or counters missing");
+  if (part != BackwardPart::adjoints && !ws.aqk) fail("aqk (A_qk, read by the aqk_dO launch) missing");
+  if (part != BackwardPart::aqk_dO &&
+      (!ws.t0 || !ws.t1 || !ws.t2 || !ws.t3 || !ws.gamma || !ws.dgamma_s || !ws.partials))
+    fail("backward tile or scratch pointer missing");
 }
 
 namespace {
@@ -426,11 +447,13 @@ void twin_forward(const FusedArgs& a, const Workspace& ws) {
 }
 
 template <class G, class T, bool kTC>
-void twin_backward(const FusedArgs& a, const Workspace& ws) {
+void twin_backward(const FusedArgs& a, const Workspace& ws, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
-  });
+  if (part != BackwardPart::adjoints)
+    emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    });
+  if (part == BackwardPart::aqk_dO) return;
   emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
   });
@@ -443,20 +466,20 @@ void twin_backward(const FusedArgs& a, const Workspace& ws) {
 }  // namespace
 
 void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
-  check_fused_args(a, false);
-  check_workspace(ws, false);
+  check_fused_args(a);
+  check_workspace(ws);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) twin_forward<G, T, true>(a, ws);
     else twin_forward<G, T, false>(a, ws);
   });
 }
 
-void fused_backward_cpu(const FusedArgs& a, const Workspace& ws) {
-  check_fused_args(a, true);
-  check_workspace(ws, true);
+void fused_backward_cpu(const FusedArgs& a, const Workspace& ws, BackwardPart part) {
+  check_fused_args(a, part);
+  check_workspace(ws, part);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    if (a.tensor_cores) twin_backward<G, T, true>(a, ws);
-    else twin_backward<G, T, false>(a, ws);
+    if (a.tensor_cores) twin_backward<G, T, true>(a, ws, part);
+    else twin_backward<G, T, false>(a, ws, part);
   });
 }
 

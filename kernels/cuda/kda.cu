@@ -117,7 +117,7 @@ void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
 }
 
 template <class G, class T, bool kTC>
-void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
+void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
@@ -133,10 +133,11 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
     return true;
   }();
   (void)once;
-  {
+  if (part != BackwardPart::adjoints) {
     StageScope st("aqk_dO");
     LT_LAUNCH(kda_bwd_aqk_dO, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_aq, s, a, ws);
   }
+  if (part == BackwardPart::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
     LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
@@ -150,8 +151,8 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
 }  // namespace
 
 void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
-  check_fused_args(a, false);
-  check_workspace(ws, false);
+  check_fused_args(a);
+  check_workspace(ws);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) launch_forward<G, T, true>(a, ws, s);
@@ -159,13 +160,13 @@ void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   });
 }
 
-void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
-  check_fused_args(a, true);
-  check_workspace(ws, true);
+void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream, BackwardPart part) {
+  check_fused_args(a, part);
+  check_workspace(ws, part);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
-    if (a.tensor_cores) launch_backward<G, T, true>(a, ws, s);
-    else launch_backward<G, T, false>(a, ws, s);
+    if (a.tensor_cores) launch_backward<G, T, true>(a, ws, s, part);
+    else launch_backward<G, T, false>(a, ws, s, part);
   });
 }
 

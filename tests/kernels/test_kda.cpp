@@ -60,7 +60,8 @@ Result run_fused_twin(const Case& c, const Data& x) {
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   const size_t tile_elems = wb.tile / dtype_size(c.dtype);
   std::vector<Typed> t;
-  for (int i = 0; i < 6; ++i) t.emplace_back(i == 1 ? DType::f32 : c.dtype, tile_elems);  // t1 fp32; t[5] = sq
+  for (int i = 0; i < 6; ++i)  // t1, t3 fp32; t[5] = sq
+    t.emplace_back(i == 1 || i == 3 ? DType::f32 : c.dtype, i == 1 || i == 3 ? wb.tile_f32 / 4 : tile_elems);
   Typed aqk(c.dtype, wb.aqk / dtype_size(c.dtype));
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
@@ -88,7 +89,12 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.dO = dO.data(); a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data(); a.dk = dk.data(); a.dv = dv.data(); a.df = df.data(); a.db = db.data();
   a.dA_log = dA_log.data(); a.ddt_bias = ddt.data(); a.dh0 = dh0.data();
-  fused_backward_cpu(a, ws);
+  // In two parts as the engine runs it: after aqk_dO the A_qk tile is dead (poisoned here,
+  // and its pointer withdrawn: the adjoints must not read it).
+  fused_backward_cpu(a, ws, BackwardPart::aqk_dO);
+  aqk.poison();
+  ws.aqk = nullptr;
+  fused_backward_cpu(a, ws, BackwardPart::adjoints);
 
   Result r;
   r.o = o.to_double(); r.ht = to_f64(ht);

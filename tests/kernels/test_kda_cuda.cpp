@@ -75,8 +75,8 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   // forward's saved tiles (W, U, scale Q~ as t2, Kbar, A_qk, gamma: kernels/kda.h) and gets
   // fresh poisoned t4 / dgamma_s / partials / counters, with the forward-only Qp / Ob gone.
   Workspace fw;
-  fw.t0 = dev.get(wb.tile); fw.t1 = dev.get(wb.tile1); fw.t2 = dev.get(wb.tile);
-  fw.t3 = dev.get(wb.tile); fw.t4 = dev.get(wb.tile); fw.sq = dev.get(wb.tile); fw.aqk = dev.get(wb.aqk);
+  fw.t0 = dev.get(wb.tile); fw.t1 = dev.get(wb.tile_f32); fw.t2 = dev.get(wb.tile);
+  fw.t3 = dev.get(wb.tile_f32); fw.t4 = dev.get(wb.tile); fw.sq = dev.get(wb.tile); fw.aqk = dev.get(wb.aqk);
   fw.gamma = static_cast<float*>(dev.get(wb.gamma));
   fused_forward_cuda(a, fw, nullptr);
   Workspace bw;
