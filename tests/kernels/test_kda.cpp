@@ -292,3 +292,38 @@ TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one
     CHECK(msg.find("consumed") != std::string::npos);
   }
 }
+
+TEST_CASE("KDA fused backward parts: argument checks name what each part is missing", "[kda]") {
+  // The checks run before any kernel, so these pointers are never dereferenced.
+  float dummy[4] = {};
+  void* p = dummy;
+  FusedArgs a;
+  a.dims = Dims{1, 20, 1, 64, 16};
+  a.dtype = DType::f32;
+  a.q = a.k = a.v = a.f = a.b = p;
+  a.A_log = a.dt_bias = dummy;
+  a.h = dummy;
+  a.dO = p;
+  Workspace ws;
+  ws.t0 = ws.t1 = ws.t2 = ws.t3 = ws.t4 = p;
+  ws.gamma = ws.dgamma_s = ws.partials = dummy;
+  ws.counters = reinterpret_cast<uint32_t*>(dummy);
+  auto message = [&](BackwardPart part) -> std::string {
+    try {
+      fused_backward_cpu(a, ws, part);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no exception)";
+  };
+  // aqk_dO needs A_qk; the gradient pointers are not needed yet, so the missing aqk is what it names.
+  CHECK(message(BackwardPart::aqk_dO).find("aqk") != std::string::npos);
+  // the adjoints need the gradient pointers (and never A_qk)
+  CHECK(message(BackwardPart::adjoints).find("gradient pointer") != std::string::npos);
+  a.dq = a.dk = a.dv = a.df = a.db = p;
+  a.dA_log = a.ddt_bias = dummy;
+  ws.partials = nullptr;
+  CHECK(message(BackwardPart::adjoints).find("backward tile or scratch") != std::string::npos);
+  a.dO = nullptr;
+  CHECK(message(BackwardPart::all).find("dO") != std::string::npos);
+}
