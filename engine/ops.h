@@ -23,20 +23,21 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "kernels/table.h"
 
 namespace lt::ops {
 
 // ---- elementwise binary (float dtypes; broadcasting) ----------------------------------
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-// out = a (op) b, out must have the broadcast shape and a's dtype. out may be `a` itself
-// (in place, e.g. add_out(g, g, dg) accumulates a gradient).
-void add_out(Tensor& out, const Tensor& a, const Tensor& b);
-void sub_out(Tensor& out, const Tensor& a, const Tensor& b);
-void mul_out(Tensor& out, const Tensor& a, const Tensor& b);
-void div_out(Tensor& out, const Tensor& a, const Tensor& b);
+// One function pair per row of LT_BINARY_OPS (kernels/op_lists.h): add, sub, mul, div.
+//   Tensor add(a, b);                   a + b, fresh
+//   void add_out(out, a, b);            out = a + b; out must have the broadcast shape and
+//                                       a's dtype; out may be `a` itself (in place, e.g.
+//                                       add_out(g, g, dg) accumulates a gradient)
+#define LT_DECLARE_BINARY(name, Functor)              \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  void name##_out(Tensor& out, const Tensor& a, const Tensor& b);
+LT_BINARY_OPS(LT_DECLARE_BINARY)
+#undef LT_DECLARE_BINARY
 // a += b in place (b broadcasts to a's shape). Returns a.
 Tensor& add_(Tensor& a, const Tensor& b);
 
@@ -48,20 +49,21 @@ Tensor pow_scalar(const Tensor& x, double p);     // x^p (std::pow semantics)
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 // ---- unary (float dtypes) --------------------------------------------------------------
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sigmoid(const Tensor& x);      // 1 / (1 + exp(-x)), computed without overflow
-Tensor softplus(const Tensor& x);     // log(1 + exp(x)); x > 20 returns x (fla's threshold)
-Tensor silu(const Tensor& x);         // x * sigmoid(x)
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);        // 1 / sqrt(x)
-Tensor square(const Tensor& x);       // x * x
-Tensor abs(const Tensor& x);
-Tensor relu(const Tensor& x);         // max(x, 0)
-Tensor tanh(const Tensor& x);
-// Same functions writing into an existing tensor of x's shape and dtype (in place allowed).
-enum class UnaryOp : uint8_t { neg, exp, log, sigmoid, softplus, silu, sqrt, rsqrt, square, abs, relu, tanh };
+// One function per row of LT_UNARY_OPS (kernels/op_lists.h; functors in
+// kernels/elementwise_ops.h):
+//   neg, exp, log, sqrt, square, abs, tanh   as named
+//   sigmoid    1 / (1 + exp(-x)), computed without overflow
+//   softplus   log(1 + exp(x)); x > 20 returns x (fla's threshold)
+//   silu       x * sigmoid(x)
+//   rsqrt      1 / sqrt(x)
+//   relu       max(x, 0)
+#define LT_DECLARE_UNARY(name, Functor) Tensor name(const Tensor& x);
+LT_UNARY_OPS(LT_DECLARE_UNARY)
+#undef LT_DECLARE_UNARY
+// The same functions writing into an existing tensor of x's shape and dtype (in place
+// allowed): unary_out(UnaryOp::exp, y, y). UnaryOp also has the scalar ops' rows, which
+// unary_out runs with alpha = beta = 0; call them by their functions above instead.
+using UnaryOp = kern::UnaryOp;
 void unary_out(UnaryOp op, Tensor& out, const Tensor& x);
 
 // where(cond, a, b): cond != 0 ? a : b, elementwise with broadcasting over all three.

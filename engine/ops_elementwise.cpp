@@ -11,7 +11,9 @@ namespace {
 using detail::Exec;
 
 const char* binary_name(kern::BinaryOp op) {
-  static const char* const names[] = {"add", "sub", "mul", "div"};
+#define LT_OP_NAME(name, Functor) #name,
+  static const char* const names[] = {LT_BINARY_OPS(LT_OP_NAME)};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(kern::BinaryOp::count));
   return names[static_cast<int>(op)];
 }
 
@@ -38,9 +40,8 @@ Tensor binary(kern::BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 const char* unary_name(kern::UnaryOp op) {
-  static const char* const names[] = {"neg",  "exp",  "log",        "sigmoid",     "softplus",   "silu",
-                                      "sqrt", "rsqrt", "square",    "abs",         "relu",       "tanh",
-                                      "add_scalar", "mul_scalar", "rsub_scalar", "pow_scalar", "clamp"};
+  static const char* const names[] = {LT_UNARY_OPS(LT_OP_NAME) LT_SCALAR_UNARY_OPS(LT_OP_NAME)};
+#undef LT_OP_NAME
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(kern::UnaryOp::count));
   return names[static_cast<int>(op)];
 }
@@ -68,14 +69,11 @@ Tensor unary(kern::UnaryOp op, const Tensor& x, double alpha = 0.0, double beta 
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(kern::BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(kern::BinaryOp::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(kern::BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(kern::BinaryOp::div, a, b); }
-void add_out(Tensor& out, const Tensor& a, const Tensor& b) { binary_into(kern::BinaryOp::add, out, a, b); }
-void sub_out(Tensor& out, const Tensor& a, const Tensor& b) { binary_into(kern::BinaryOp::sub, out, a, b); }
-void mul_out(Tensor& out, const Tensor& a, const Tensor& b) { binary_into(kern::BinaryOp::mul, out, a, b); }
-void div_out(Tensor& out, const Tensor& a, const Tensor& b) { binary_into(kern::BinaryOp::div, out, a, b); }
+#define LT_PUBLIC_BINARY(name, Functor)                                                        \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary(kern::BinaryOp::name, a, b); } \
+  void name##_out(Tensor& out, const Tensor& a, const Tensor& b) { binary_into(kern::BinaryOp::name, out, a, b); }
+LT_BINARY_OPS(LT_PUBLIC_BINARY)
+#undef LT_PUBLIC_BINARY
 Tensor& add_(Tensor& a, const Tensor& b) {
   binary_into(kern::BinaryOp::add, a, a, b);
   return a;
@@ -90,25 +88,12 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   return unary(kern::UnaryOp::clamp, x, lo, hi);
 }
 
-Tensor neg(const Tensor& x) { return unary(kern::UnaryOp::neg, x); }
-Tensor exp(const Tensor& x) { return unary(kern::UnaryOp::exp, x); }
-Tensor log(const Tensor& x) { return unary(kern::UnaryOp::log, x); }
-Tensor sigmoid(const Tensor& x) { return unary(kern::UnaryOp::sigmoid, x); }
-Tensor softplus(const Tensor& x) { return unary(kern::UnaryOp::softplus, x); }
-Tensor silu(const Tensor& x) { return unary(kern::UnaryOp::silu, x); }
-Tensor sqrt(const Tensor& x) { return unary(kern::UnaryOp::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(kern::UnaryOp::rsqrt, x); }
-Tensor square(const Tensor& x) { return unary(kern::UnaryOp::square, x); }
-Tensor abs(const Tensor& x) { return unary(kern::UnaryOp::abs, x); }
-Tensor relu(const Tensor& x) { return unary(kern::UnaryOp::relu, x); }
-Tensor tanh(const Tensor& x) { return unary(kern::UnaryOp::tanh, x); }
+#define LT_PUBLIC_UNARY(name, Functor) \
+  Tensor name(const Tensor& x) { return unary(kern::UnaryOp::name, x); }
+LT_UNARY_OPS(LT_PUBLIC_UNARY)
+#undef LT_PUBLIC_UNARY
 
-// ops::UnaryOp's rows are the first rows of kern::UnaryOp.
-static_assert(static_cast<int>(UnaryOp::tanh) == static_cast<int>(kern::UnaryOp::tanh));
-static_assert(static_cast<int>(UnaryOp::neg) == static_cast<int>(kern::UnaryOp::neg));
-void unary_out(UnaryOp op, Tensor& out, const Tensor& x) {
-  unary_into(static_cast<kern::UnaryOp>(op), out, x);
-}
+void unary_out(UnaryOp op, Tensor& out, const Tensor& x) { unary_into(op, out, x); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_same_device(cond, a, "where");

@@ -82,42 +82,31 @@ struct ClampOp {
 };
 
 // Calls fn.template operator()<Functor>() for the functor of `op` (one row per op: the
-// single place that maps enum rows to functors, used by both backends' tables).
+// single place that maps enum rows to functors, used by both backends' tables; the cases
+// come from the op lists in kernels/op_lists.h).
+#define LT_VISIT_CASE(name, Functor) \
+  case Op::name:                      \
+    return v(Functor{});
 template <class Visitor>
 inline auto visit_binary(BinaryOp op, Visitor&& v) {
+  using Op = BinaryOp;
   switch (op) {
-    case BinaryOp::add: return v(AddOp{});
-    case BinaryOp::sub: return v(SubOp{});
-    case BinaryOp::mul: return v(MulOp{});
-    case BinaryOp::div: return v(DivOp{});
-    case BinaryOp::count: break;
+    LT_BINARY_OPS(LT_VISIT_CASE)
+    case Op::count: break;
   }
   return v(AddOp{});
 }
 template <class Visitor>
 inline auto visit_unary(UnaryOp op, Visitor&& v) {
+  using Op = UnaryOp;
   switch (op) {
-    case UnaryOp::neg: return v(NegOp{});
-    case UnaryOp::exp: return v(ExpOp{});
-    case UnaryOp::log: return v(LogOp{});
-    case UnaryOp::sigmoid: return v(SigmoidOp{});
-    case UnaryOp::softplus: return v(SoftplusOp{});
-    case UnaryOp::silu: return v(SiluOp{});
-    case UnaryOp::sqrt: return v(SqrtOp{});
-    case UnaryOp::rsqrt: return v(RsqrtOp{});
-    case UnaryOp::square: return v(SquareOp{});
-    case UnaryOp::abs: return v(AbsOp{});
-    case UnaryOp::relu: return v(ReluOp{});
-    case UnaryOp::tanh: return v(TanhOp{});
-    case UnaryOp::add_scalar: return v(AddScalarOp{});
-    case UnaryOp::mul_scalar: return v(MulScalarOp{});
-    case UnaryOp::rsub_scalar: return v(RsubScalarOp{});
-    case UnaryOp::pow_scalar: return v(PowScalarOp{});
-    case UnaryOp::clamp: return v(ClampOp{});
-    case UnaryOp::count: break;
+    LT_UNARY_OPS(LT_VISIT_CASE)
+    LT_SCALAR_UNARY_OPS(LT_VISIT_CASE)
+    case Op::count: break;
   }
   return v(NegOp{});
 }
+#undef LT_VISIT_CASE
 
 // Same for the float dtypes: v(T{}) with T = float, double, bfloat16, float16.
 template <class Visitor>

@@ -3,7 +3,11 @@
 // kernels_for(device).<family>(...) (engine/dispatch.h); each family's file pair
 // (kernels/cpu/<family>.cpp, kernels/cuda/<family>.cu) implements the entry, picking the
 // (op, dtype) instantiation from a constexpr table inside the file.
-// Adding an elementwise op = a functor in kernels/elementwise_ops.h + an enum row here.
+// Adding an op family = a row in LT_KERNEL_FAMILIES below (its kernel signature beside it)
+// + the two family files; the table struct, both backends' declarations and both tables
+// are generated from that one list. Adding an elementwise op = a row in LT_UNARY_OPS /
+// LT_BINARY_OPS (kernels/elementwise_ops.h) naming its functor: the enums here, the
+// functor dispatch, the engine's names and its public ops (engine/ops.h) come from it.
 // Params structs are plain data; pointers are element 0 of each operand, strides and
 // sizes in elements (int64). `stream` is a cudaStream_t as an integer (ignored on the CPU).
 // Unsupported dtypes throw std::invalid_argument naming backend, family and dtype.
@@ -12,18 +16,18 @@
 
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
+#include "kernels/op_lists.h"
 
 namespace lt::kern {
 
 // ---- elementwise (kernels/*/elementwise.*): float dtypes ------------------------------
-enum class BinaryOp : uint8_t { add, sub, mul, div, count };
-// The first 12 rows match lt::ops::UnaryOp. alpha/beta are the scalar arguments:
-// add_scalar x+alpha, mul_scalar x*alpha, rsub_scalar alpha-x, pow_scalar x^alpha,
-// clamp min(max(x, alpha), beta).
-enum class UnaryOp : uint8_t {
-  neg, exp, log, sigmoid, softplus, silu, sqrt, rsqrt, square, abs, relu, tanh,
-  add_scalar, mul_scalar, rsub_scalar, pow_scalar, clamp, count
-};
+// The rows come from the op lists in kernels/elementwise_ops.h. Unary ops with scalar
+// arguments (alpha, beta): add_scalar x+alpha, mul_scalar x*alpha, rsub_scalar alpha-x,
+// pow_scalar x^alpha, clamp min(max(x, alpha), beta).
+#define LT_OP_ENUM_ROW(name, Functor) name,
+enum class BinaryOp : uint8_t { LT_BINARY_OPS(LT_OP_ENUM_ROW) count };
+enum class UnaryOp : uint8_t { LT_UNARY_OPS(LT_OP_ENUM_ROW) LT_SCALAR_UNARY_OPS(LT_OP_ENUM_ROW) count };
+#undef LT_OP_ENUM_ROW
 
 // ---- reduce (kernels/*/reduce.*): float dtypes -----------------------------------------
 enum class ReduceOp : uint8_t { sum, max, count };
@@ -96,69 +100,60 @@ struct RandomParams {
   double a = 0.0, b = 1.0;
 };
 
-using BinaryFn = void (*)(BinaryOp, DType, const IterParams&, uintptr_t stream);
+// Kernel signatures, one per family (function types: `BinaryKernel binary;` declares the
+// function `void binary(BinaryOp, DType, const IterParams&, uintptr_t)`).
+using BinaryKernel = void(BinaryOp, DType, const IterParams&, uintptr_t stream);
 // it: 0 = out, 1 = x.
-using UnaryFn = void (*)(UnaryOp, DType, const IterParams&, double alpha, double beta, uintptr_t stream);
+using UnaryKernel = void(UnaryOp, DType, const IterParams&, double alpha, double beta, uintptr_t stream);
 // it: 0 = out, 1 = cond, 2 = a, 3 = b; all of `dtype`; out = cond != 0 ? a : b.
-using WhereFn = void (*)(DType, const IterParams&, uintptr_t stream);
+using WhereKernel = void(DType, const IterParams&, uintptr_t stream);
 // it: 0 = out; value converted to dtype with the element conversion rules (kernels/half.h).
-using FillFn = void (*)(DType, const IterParams&, double value, uintptr_t stream);
+using FillKernel = void(DType, const IterParams&, double value, uintptr_t stream);
 // it: 0 = out (dtype out), 1 = in (dtype in); any dtypes; a strided copy when equal.
-using ConvertFn = void (*)(DType out, DType in, const IterParams&, uintptr_t stream);
-using ReduceFn = void (*)(ReduceOp, DType, const ReduceParams&, uintptr_t stream);
-using ScanFn = void (*)(DType, const ScanParams&, uintptr_t stream);
-using MatmulFn = void (*)(DType, const MatmulParams&, uintptr_t stream);
-using TriMaskFn = void (*)(DType, const TriMaskParams&, uintptr_t stream);
-using TrisolveFn = void (*)(DType, const TrisolveParams&, uintptr_t stream);
-using RandomFn = void (*)(RandomKind, DType, const RandomParams&, uintptr_t stream);
+using ConvertKernel = void(DType out, DType in, const IterParams&, uintptr_t stream);
+using ReduceKernel = void(ReduceOp, DType, const ReduceParams&, uintptr_t stream);
+using ScanKernel = void(DType, const ScanParams&, uintptr_t stream);
+using MatmulKernel = void(DType, const MatmulParams&, uintptr_t stream);
+using TriMaskKernel = void(DType, const TriMaskParams&, uintptr_t stream);
+using TrisolveKernel = void(DType, const TrisolveParams&, uintptr_t stream);
+using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stream);
 
+// The op families: (entry name, kernel signature). One row per family; everything below
+// is generated from this list.
+#define LT_KERNEL_FAMILIES(X) \
+  X(binary, BinaryKernel)     \
+  X(unary, UnaryKernel)       \
+  X(where, WhereKernel)       \
+  X(fill, FillKernel)         \
+  X(convert, ConvertKernel)   \
+  X(reduce, ReduceKernel)     \
+  X(cumsum, ScanKernel)       \
+  X(matmul, MatmulKernel)     \
+  X(tri_mask, TriMaskKernel)  \
+  X(trisolve, TrisolveKernel) \
+  X(random, RandomKernel)
+
+#define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
+#define LT_KERNEL_DECLARE(name, Kernel) Kernel name;
 struct KernelTable {
   const char* backend;  // "cpu", "cuda"
-  BinaryFn binary;
-  UnaryFn unary;
-  WhereFn where;
-  FillFn fill;
-  ConvertFn convert;
-  ReduceFn reduce;
-  ScanFn cumsum;
-  MatmulFn matmul;
-  TriMaskFn tri_mask;
-  TrisolveFn trisolve;
-  RandomFn random;
+  LT_KERNEL_FAMILIES(LT_KERNEL_TABLE_FIELD)
 };
 
 // Per-family entry points (defined in the family files), assembled by the tables.
 namespace cpu {
-void binary(BinaryOp, DType, const IterParams&, uintptr_t);
-void unary(UnaryOp, DType, const IterParams&, double, double, uintptr_t);
-void where(DType, const IterParams&, uintptr_t);
-void fill(DType, const IterParams&, double, uintptr_t);
-void convert(DType, DType, const IterParams&, uintptr_t);
-void reduce(ReduceOp, DType, const ReduceParams&, uintptr_t);
-void cumsum(DType, const ScanParams&, uintptr_t);
-void matmul(DType, const MatmulParams&, uintptr_t);
-void tri_mask(DType, const TriMaskParams&, uintptr_t);
-void trisolve(DType, const TrisolveParams&, uintptr_t);
-void random(RandomKind, DType, const RandomParams&, uintptr_t);
+LT_KERNEL_FAMILIES(LT_KERNEL_DECLARE)
 }  // namespace cpu
 const KernelTable& cpu_kernels();
 
 #if LINTRAIN_WITH_CUDA
 namespace cuda {
-void binary(BinaryOp, DType, const IterParams&, uintptr_t);
-void unary(UnaryOp, DType, const IterParams&, double, double, uintptr_t);
-void where(DType, const IterParams&, uintptr_t);
-void fill(DType, const IterParams&, double, uintptr_t);
-void convert(DType, DType, const IterParams&, uintptr_t);
-void reduce(ReduceOp, DType, const ReduceParams&, uintptr_t);
-void cumsum(DType, const ScanParams&, uintptr_t);
-void matmul(DType, const MatmulParams&, uintptr_t);
-void tri_mask(DType, const TriMaskParams&, uintptr_t);
-void trisolve(DType, const TrisolveParams&, uintptr_t);
-void random(RandomKind, DType, const RandomParams&, uintptr_t);
+LT_KERNEL_FAMILIES(LT_KERNEL_DECLARE)
 }  // namespace cuda
 const KernelTable& cuda_kernels();
 #endif
+#undef LT_KERNEL_TABLE_FIELD
+#undef LT_KERNEL_DECLARE
 
 // Throws std::invalid_argument("<backend> <family>: dtype <d> is not supported").
 [[noreturn]] void unsupported_dtype(const char* backend, const char* family, DType dtype);

@@ -7,10 +7,9 @@
 namespace lt::kern {
 
 const KernelTable& cpu_kernels() {
-  static const KernelTable table{
-      "cpu",        cpu::binary,   cpu::unary,  cpu::where,    cpu::fill,     cpu::convert,
-      cpu::reduce,  cpu::cumsum,   cpu::matmul, cpu::tri_mask, cpu::trisolve, cpu::random,
-  };
+#define LT_KERNEL_TABLE_ENTRY(name, Kernel) cpu::name,
+  static const KernelTable table{"cpu", LT_KERNEL_FAMILIES(LT_KERNEL_TABLE_ENTRY)};
+#undef LT_KERNEL_TABLE_ENTRY
   return table;
 }
 

@@ -4,10 +4,9 @@
 namespace lt::kern {
 
 const KernelTable& cuda_kernels() {
-  static const KernelTable table{
-      "cuda",        cuda::binary,  cuda::unary,  cuda::where,    cuda::fill,     cuda::convert,
-      cuda::reduce,  cuda::cumsum,  cuda::matmul, cuda::tri_mask, cuda::trisolve, cuda::random,
-  };
+#define LT_KERNEL_TABLE_ENTRY(name, Kernel) cuda::name,
+  static const KernelTable table{"cuda", LT_KERNEL_FAMILIES(LT_KERNEL_TABLE_ENTRY)};
+#undef LT_KERNEL_TABLE_ENTRY
   return table;
 }
 
