@@ -14,8 +14,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/conv.h"
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
+#include "kernels/norm.h"
 #include "kernels/op_lists.h"
 
 namespace lt::kern {
@@ -117,6 +119,10 @@ using MatmulKernel = void(DType, const MatmulParams&, uintptr_t stream);
 using TriMaskKernel = void(DType, const TriMaskParams&, uintptr_t stream);
 using TrisolveKernel = void(DType, const TrisolveParams&, uintptr_t stream);
 using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stream);
+// Row norms (kernels/norm.h): dtype is x's; weights and statistics in its compute type.
+using NormKernel = void(NormPass, DType, const NormParams&, uintptr_t stream);
+// Causal depthwise short conv (kernels/conv.h): dtype is x's; w in its compute type.
+using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -131,7 +137,9 @@ using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stre
   X(matmul, MatmulKernel)     \
   X(tri_mask, TriMaskKernel)  \
   X(trisolve, TrisolveKernel) \
-  X(random, RandomKernel)
+  X(random, RandomKernel)     \
+  X(norm, NormKernel)         \
+  X(conv, ConvKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;
