@@ -109,7 +109,11 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
 
   float* acc_w = partials_in_smem ? smem_partial + warp * nacc * L : scratch + slot * nacc * L;  // [L]
   float* acc_b = acc_w + L;                                                                    // [L] (bias)
-  for (int64_t j = lane; j < nacc * L; j += kWarp) acc_w[j] = 0.0f;
+  // lane l owns columns j = l (mod 32) of both partials from here to the block reduction
+  for (int64_t j = lane; j < L; j += kWarp) {
+    acc_w[j] = 0.0f;
+    if (p.bias) acc_b[j] = 0.0f;
+  }
 
   const int64_t per_head = p.rows / P;
   const int64_t m_end = norm_slice_begin(per_head, slices, s + 1);
