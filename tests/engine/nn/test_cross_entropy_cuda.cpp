@@ -98,3 +98,22 @@ TEST_CASE("cuda cross-entropy: a target out of range makes the loss NaN", "[nn][
   nn::lm_head_cross_entropy_forward(x, W, targets, nn::LmHeadLossArgs{}, loss);
   CHECK(std::isnan(loss.item()));
 }
+
+TEST_CASE("cuda lm head cross-entropy in f64 matches the CPU", "[nn][cross_entropy][cuda]") {
+  PoisonScope poison;
+  const int64_t N = 45, d = 12, V = 700;
+  const Tensor x = test::random_tensor({N, d}, 4, DType::f64), W = test::random_tensor({V, d}, 5, DType::f64);
+  const Tensor targets = make_targets(N, V, 6);
+  nn::LmHeadLossArgs args;
+  args.inv_count = 1.0 / 40;
+  args.chunk_tokens = 16;
+  auto run = [&](Device dev) {
+    Tensor loss = Tensor::zeros({}, DType::f64, dev), dx, dW = Tensor::zeros({V, d}, DType::f64, dev);
+    nn::lm_head_cross_entropy_backward(x.to(dev), W.to(dev), targets.to(dev), args, loss, dx, dW);
+    return std::vector<Tensor>{loss, dx, dW};
+  };
+  const auto c = run(kCpu), g = run(kGpu);
+  CHECK(std::fabs(g[0].item() - c[0].item()) < 1e-13 * std::fabs(c[0].item()));
+  CHECK(ops::max_rel_diff(g[1], c[1]) < 1e-12);
+  CHECK(ops::max_rel_diff(g[2], c[2]) < 1e-12);
+}
