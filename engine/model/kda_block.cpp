@@ -81,8 +81,11 @@ std::vector<ParamSpec> kda_block_specs(const ModelConfig& cfg, int /*layer*/) {
   const int64_t d = cfg.hidden_size, H = cfg.num_heads, K = cfg.head_dim;
   const int64_t key_dim = H * K, value_dim = H * K, I = cfg.intermediate();
   const double std = 0.02;  // fla's initializer_range
+  // fla's state_dict order (a module's own parameters before its submodules').
   return {
       {"attn_norm.weight", {d}, Init::ones, 1.0, false},
+      {"attn.A_log", {H}, Init::kda_a_log, 1.0, false},
+      {"attn.dt_bias", {key_dim}, Init::kda_dt_bias, 1.0, false},
       {"attn.q_proj.weight", {key_dim, d}, Init::normal, std, true},
       {"attn.k_proj.weight", {key_dim, d}, Init::normal, std, true},
       {"attn.v_proj.weight", {value_dim, d}, Init::normal, std, true},
@@ -92,8 +95,6 @@ std::vector<ParamSpec> kda_block_specs(const ModelConfig& cfg, int /*layer*/) {
       {"attn.f_proj.0.weight", {K, d}, Init::normal, std, true},
       {"attn.f_proj.1.weight", {key_dim, K}, Init::normal, std, true},
       {"attn.b_proj.weight", {H, d}, Init::normal, std, true},
-      {"attn.A_log", {H}, Init::kda_a_log, 1.0, false},
-      {"attn.dt_bias", {key_dim}, Init::kda_dt_bias, 1.0, false},
       {"attn.g_proj.0.weight", {K, d}, Init::normal, std, true},
       {"attn.g_proj.1.weight", {value_dim, K}, Init::normal, std, true},
       {"attn.g_proj.1.bias", {value_dim}, Init::zeros, 1.0, false},
