@@ -146,7 +146,9 @@ Tensor kda_block_forward(const BlockContext& ctx, const ParamMap& w, const Tenso
     }
     StageScope post("out");
     s->g1 = nn::linear_forward(s->xn, at(w, "attn.g_proj.0.weight"));
-    s->gg = nn::linear_forward(s->g1, at(w, "attn.g_proj.1.weight"), at(w, "attn.g_proj.1.bias")).view({B, T, H, K});
+    // The bias is f32 in every mode; the linear layer adds it in the activation dtype.
+    const Tensor g_bias = at(w, "attn.g_proj.1.bias").to(s->g1.dtype());
+    s->gg = nn::linear_forward(s->g1, at(w, "attn.g_proj.1.weight"), g_bias).view({B, T, H, K});
     nn::NormOut on = nn::gated_rms_norm_forward(s->o, s->gg, at(w, "attn.o_norm.weight"), eps);
     s->on = on.y.view({B, T, H * K});
     s->o_norm = on.stats;

@@ -308,6 +308,27 @@ TEST_CASE("model: float64 finite differences of the loss match every parameter g
   }
 }
 
+TEST_CASE("model: tied embeddings: the embedding's gradient holds both uses", "[model][gradcheck]") {
+  ModelConfig c = grad_config();
+  c.tie_embeddings = true;
+  c.num_layers = 1;
+  Model m(c, Device::cpu(), DType::f64);
+  m.init_weights(8);
+  Tensor emb = m.param("model.embeddings.weight");
+  emb.copy_(lt::ops::mul_scalar(emb, 20.0));  // logits of order 1
+  const Tensor tokens = random_ids(2, 10, c.vocab_size, 3);
+  const Tensor targets = random_ids(2, 10, c.vocab_size, 4, 1);
+  m.zero_grad();
+  Tensor loss = Tensor::zeros({}, DType::f64);
+  m.forward_backward(tokens, targets, 1.0 / 19, loss);
+  auto loss_of = [&] {
+    Tensor l = Tensor::zeros({}, DType::f64);
+    m.evaluate(tokens, targets, 1.0 / 19, l);
+    return l.item();
+  };
+  CHECK(lt::test::gradcheck(emb, m.grad("model.embeddings.weight"), loss_of, 1e-5, 96) < 1e-7);
+}
+
 TEST_CASE("model: a CPU step is bit-reproducible and makes no host malloc after the first", "[model]") {
   ModelConfig c = grad_config();
   c.hidden_size = 64;
