@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <cstdint>
 #include <map>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/init.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
@@ -375,4 +378,26 @@ TEST_CASE("model: bad inputs name what is wrong", "[model]") {
   bad = c;
   bad.hidden_size = 0;
   CHECK_THROWS_WITH(Model(bad, Device::cpu()), Catch::Contains("hidden_size"));
+}
+
+TEST_CASE("model: parameters round-trip through safetensors under fla's names", "[model]") {
+  const ModelConfig c = grad_config();
+  Model a(c, Device::cpu());
+  a.init_weights(77);
+  const std::string path = (std::filesystem::temp_directory_path() / "lintrain_test_model_roundtrip.safetensors").string();
+  lt::io::write_safetensors(path, a.named_params());
+  Model b(c, Device::cpu());
+  b.load_params(lt::io::read_safetensors(path));
+  CHECK(b.arenas().params.to_vector() == a.arenas().params.to_vector());
+  // A tensor of the wrong shape, and a missing tensor, are named.
+  std::vector<lt::io::NamedTensor> bad = a.named_params();
+  bad[3].tensor = Tensor::zeros({2, 2});
+  lt::io::write_safetensors(path, bad);
+  CHECK_THROWS_WITH(b.load_params(lt::io::read_safetensors(path)), Catch::Contains(bad[3].name) && Catch::Contains("[2, 2]"));
+  bad = a.named_params();
+  const std::string gone = bad.back().name;
+  bad.pop_back();
+  lt::io::write_safetensors(path, bad);
+  CHECK_THROWS_WITH(b.load_params(lt::io::read_safetensors(path)), Catch::Contains(gone));
+  std::remove(path.c_str());
 }
