@@ -401,3 +401,40 @@ TEST_CASE("model: parameters round-trip through safetensors under fla's names", 
   CHECK_THROWS_WITH(b.load_params(lt::io::read_safetensors(path)), Catch::Contains(gone));
   std::remove(path.c_str());
 }
+
+TEST_CASE("model: next-token logits agree with the evaluation loss at the last position", "[model]") {
+  const ModelConfig c = grad_config();
+  Model m(c, Device::cpu(), DType::f64);
+  m.init_weights(31);
+  for (const ParamSpec& s : m.specs()) {
+    Tensor p = m.param(s.name);
+    if (s.init == Init::normal) p.copy_(lt::ops::mul_scalar(p, 10.0));
+  }
+  const int64_t B = 3, T = 9, V = c.vocab_size;
+  const Tensor tokens = random_ids(B, T, V, 40);
+  // Only the last position of each row has a target.
+  std::vector<int64_t> tg(static_cast<size_t>(B * T), -100);
+  const std::vector<int64_t> last_targets = {5, 17, 63};
+  for (int64_t b = 0; b < B; ++b) tg[static_cast<size_t>(b * T + T - 1)] = last_targets[static_cast<size_t>(b)];
+  const Tensor targets = Tensor::from_vector(tg, {B, T}, DType::i32);
+  Tensor loss = Tensor::zeros({}, DType::f64);
+  Tensor correct = Tensor::full({B * T}, 7, DType::i32);
+  m.evaluate(tokens, targets, 1.0, loss, correct);
+  const Tensor logits = m.next_token_logits(tokens);
+  REQUIRE(logits.shape() == Shape{B, V});
+  const std::vector<double> l = logits.to_vector();
+  const std::vector<double> cor = correct.to_vector();
+  double expect = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    double mx = -INFINITY;
+    int64_t arg = 0;
+    for (int64_t v = 0; v < V; ++v)
+      if (l[static_cast<size_t>(b * V + v)] > mx) mx = l[static_cast<size_t>(b * V + v)], arg = v;
+    double se = 0;
+    for (int64_t v = 0; v < V; ++v) se += std::exp(l[static_cast<size_t>(b * V + v)] - mx);
+    expect += mx + std::log(se) - l[static_cast<size_t>(b * V + last_targets[static_cast<size_t>(b)])];
+    CHECK(cor[static_cast<size_t>(b * T + T - 1)] == (arg == last_targets[static_cast<size_t>(b)] ? 1 : 0));
+    CHECK(cor[static_cast<size_t>(b * T)] == -1);
+  }
+  CHECK(std::fabs(loss.item() - expect) < 1e-12 * expect);
+}
