@@ -128,6 +128,14 @@ using ActivationKernel = void(ActivationOp, DType, const ActivationParams&, uint
 struct CrossEntropyParams;
 // dtype: the logits' dtype.
 using CrossEntropyKernel = void(DType, const CrossEntropyParams&, uintptr_t stream);
+// Row norms (kernels/norm.h): dtype is x's; weights and statistics in its compute type.
+enum class NormPass : uint8_t;
+struct NormParams;
+using NormKernel = void(NormPass, DType, const NormParams&, uintptr_t stream);
+// Causal depthwise short conv (kernels/conv.h): dtype is x's; w in its compute type.
+enum class ConvPass : uint8_t;
+struct ConvParams;
+using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -145,7 +153,9 @@ using CrossEntropyKernel = void(DType, const CrossEntropyParams&, uintptr_t stre
   X(random, RandomKernel)     \
   X(embedding, EmbeddingKernel) \
   X(activation, ActivationKernel) \
-  X(cross_entropy, CrossEntropyKernel)
+  X(cross_entropy, CrossEntropyKernel) \
+  X(norm, NormKernel)         \
+  X(conv, ConvKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;
