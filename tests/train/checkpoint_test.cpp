@@ -24,7 +24,7 @@ std::string write_step(const std::string& out, int64_t step, int64_t keep = 10) 
 }  // namespace
 
 TEST_CASE("checkpoint: write, verify, load round-trip", "[trainer][checkpoint]") {
-  lt::test::TempDir tmp;
+  lt::traintest::TempDir tmp;
   std::string dir = write_step(tmp.path.string(), 7);
   CHECK(fs::path(dir).filename() == "step-00000007");
   CHECK(lt::train::checkpoint_verify(dir).empty());
@@ -40,7 +40,7 @@ TEST_CASE("checkpoint: write, verify, load round-trip", "[trainer][checkpoint]")
 }
 
 TEST_CASE("checkpoint: a truncated, corrupted or unfinished newest one is skipped", "[trainer][checkpoint]") {
-  lt::test::TempDir tmp;
+  lt::traintest::TempDir tmp;
   const std::string out = tmp.path.string();
   write_step(out, 1);
   std::string d2 = write_step(out, 2);
@@ -55,9 +55,9 @@ TEST_CASE("checkpoint: a truncated, corrupted or unfinished newest one is skippe
   }
   SECTION("corrupted byte, same size") {
     std::string p = d3 + "/state.safetensors";
-    std::string bytes = lt::test::read_text(p);
+    std::string bytes = lt::traintest::read_text(p);
     bytes[bytes.size() - 3] ^= 0x40;
-    lt::test::write_text(p, bytes);
+    lt::traintest::write_text(p, bytes);
     CHECK_THAT(lt::train::checkpoint_verify(d3), Catch::Contains("state.safetensors") && Catch::Contains("checksum"));
     CHECK(*lt::train::checkpoint_find_latest(out) == d2);
   }
@@ -73,7 +73,7 @@ TEST_CASE("checkpoint: a truncated, corrupted or unfinished newest one is skippe
 }
 
 TEST_CASE("checkpoint: keeps the last K, replaces a rewritten step", "[trainer][checkpoint]") {
-  lt::test::TempDir tmp;
+  lt::traintest::TempDir tmp;
   const std::string out = tmp.path.string();
   for (int64_t s = 1; s <= 5; ++s) write_step(out, s * 10, 2);
   auto all = lt::train::checkpoint_list(out);
@@ -86,7 +86,7 @@ TEST_CASE("checkpoint: keeps the last K, replaces a rewritten step", "[trainer][
 }
 
 TEST_CASE("checkpoint: FNV-1a 64 of a known string", "[trainer][checkpoint]") {
-  lt::test::TempDir tmp;
-  lt::test::write_text(tmp / "a", "a");
+  lt::traintest::TempDir tmp;
+  lt::traintest::write_text(tmp / "a", "a");
   CHECK(lt::train::file_fnv1a64(tmp / "a") == 0xaf63dc4c8601ec8cull);  // FNV-1a 64 of "a"
 }

@@ -99,8 +99,8 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
     CHECK_THAT(override_error("train.lr=nan"), Catch::Contains("'train.lr'") && Catch::Contains("NaN"));
     CHECK_THAT(override_error("train.lr=inf"), Catch::Contains("'train.lr'") && Catch::Contains("NaN or inf"));
     // JSON has no NaN; a literal too large for a double is refused when the file is read.
-    lt::test::TempDir tmp;
-    lt::test::write_text(tmp / "huge.json", R"({"train": {"lr": 1e999}})");
+    lt::traintest::TempDir tmp;
+    lt::traintest::write_text(tmp / "huge.json", R"({"train": {"lr": 1e999}})");
     std::string e;
     try {
       lt::train::config_load_file(tmp / "huge.json");
@@ -116,7 +116,7 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
     CHECK_THAT(override_error("train.lr"), Catch::Contains("key.path=value"));
   }
   SECTION("missing files") {
-    lt::test::TempDir tmp;
+    lt::traintest::TempDir tmp;
     std::string e;
     try {
       lt::train::config_load_file(tmp / "absent.json");
@@ -124,7 +124,7 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
       e = x.what();
     }
     CHECK_THAT(e, Catch::Contains("absent.json"));
-    lt::test::write_text(tmp / "bad.json", "{\"train\": {");
+    lt::traintest::write_text(tmp / "bad.json", "{\"train\": {");
     e.clear();
     try {
       lt::train::config_load_file(tmp / "bad.json");
@@ -158,7 +158,7 @@ TEST_CASE("config: diff lists changed keys; shape keys are the model's", "[train
 }
 
 TEST_CASE("config: every shipped config resolves and describes itself", "[trainer][config]") {
-  std::filesystem::path configs = lt::test::source_dir() / "configs";
+  std::filesystem::path configs = lt::traintest::source_dir() / "configs";
   int n = 0;
   for (const auto& f : std::filesystem::directory_iterator(configs)) {
     if (f.path().extension() != ".json" || f.path().filename() == "bench-mixers.json") continue;

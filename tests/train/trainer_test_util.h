@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace lt::test {
+namespace lt::traintest {
 
 // The trainer binary: $LINTRAIN_TRAINER, else <build>/apps/trainer beside <build>/tests/<this test binary>.
 inline std::string trainer_binary() {
@@ -136,4 +136,4 @@ inline size_t count_lines(const std::string& path) {
   return n;
 }
 
-}  // namespace lt::test
+}  // namespace lt::traintest
