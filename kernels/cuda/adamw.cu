@@ -66,6 +66,7 @@ __global__ void sum_squares_partials(AdamWParams p) {
   if (reinterpret_cast<uintptr_t>(g + begin) % 16 == 0) {
     const int64_t nvec = (end - begin) / kLanes;
     const V* gv = reinterpret_cast<const V*>(g + begin);
+#pragma unroll 4  // several 16-byte loads in flight per thread
     for (int64_t j = threadIdx.x; j < nvec; j += kNormThreads) s += sum_sq(__ldg(gv + j));
     i = begin + nvec * kLanes;
   }
