@@ -125,6 +125,25 @@ using AdamWKernel = void(AdamWOp, DType, const AdamWParams&, uintptr_t stream);
 using TriMaskKernel = void(DType, const TriMaskParams&, uintptr_t stream);
 using TrisolveKernel = void(DType, const TrisolveParams&, uintptr_t stream);
 using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stream);
+// Layer families: params in their own headers (kernels/embedding.h, kernels/activation.h,
+// kernels/cross_entropy.h), declared here so the table needs no more than their names.
+enum class EmbeddingPass : uint8_t;
+struct EmbeddingParams;
+using EmbeddingKernel = void(EmbeddingPass, const EmbeddingParams&, uintptr_t stream);
+enum class ActivationOp : uint8_t;
+struct ActivationParams;
+using ActivationKernel = void(ActivationOp, DType, const ActivationParams&, uintptr_t stream);
+struct CrossEntropyParams;
+// dtype: the logits' dtype.
+using CrossEntropyKernel = void(DType, const CrossEntropyParams&, uintptr_t stream);
+// Row norms (kernels/norm.h): dtype is x's; weights and statistics in its compute type.
+enum class NormPass : uint8_t;
+struct NormParams;
+using NormKernel = void(NormPass, DType, const NormParams&, uintptr_t stream);
+// Causal depthwise short conv (kernels/conv.h): dtype is x's; w in its compute type.
+enum class ConvPass : uint8_t;
+struct ConvParams;
+using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -140,7 +159,12 @@ using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stre
   X(adamw, AdamWKernel)       \
   X(tri_mask, TriMaskKernel)  \
   X(trisolve, TrisolveKernel) \
-  X(random, RandomKernel)
+  X(random, RandomKernel)     \
+  X(embedding, EmbeddingKernel) \
+  X(activation, ActivationKernel) \
+  X(cross_entropy, CrossEntropyKernel) \
+  X(norm, NormKernel)         \
+  X(conv, ConvKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;
