@@ -199,7 +199,7 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
   }
   StageScope stage("attn");
   Tensor dxn;  // [B, T, d] gradient of attn_norm's output
-  mixers::KdaGrads dk;
+  Tensor do_;  // [B, T, H, K] gradient of the KDA output
   {
     StageScope post("out");
     // h = x + o_proj(on)
@@ -214,11 +214,14 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
     dn.dg = Tensor();
     s->g1 = Tensor();
     dxn = nn::linear_backward(dg1, s->xn, at(w, "attn.g_proj.0.weight"), at(g, "attn.g_proj.0.weight"));
-    {
-      StageScope mixer("kda");
-      dk = mixers::kda_backward(std::move(s->kda), dn.dx);
-    }
+    do_ = dn.dx;
     s->o = Tensor();
+  }
+  mixers::KdaGrads dk;
+  {
+    StageScope mixer("kda");
+    dk = mixers::kda_backward(std::move(s->kda), do_);
+    do_ = Tensor();
   }
   StageScope proj("proj");
   ops::add_(at(g, "attn.A_log"), dk.dA_log.reshape(at(g, "attn.A_log").shape()));
