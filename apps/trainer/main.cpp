@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
@@ -106,6 +107,9 @@ int run_eval(const std::string& checkpoint, int64_t batches, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Log lines and progress go to stderr: stdout carries only results (--print-config,
+  // `eval`'s JSON line, `sample`'s text).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lintrain"));
   lt::log_init();
   CLI::App app{
       "trainer: train depth-2 KDA / RWKV6 language models (lintrain).\n"
