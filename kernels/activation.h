@@ -77,7 +77,7 @@ struct ActivationMath {
   }
 };
 
-constexpr bool activation_has_b(ActivationOp op) {
+LT_HD constexpr bool activation_has_b(ActivationOp op) {
   return op == ActivationOp::swiglu || op == ActivationOp::sigmoid_mul || op == ActivationOp::silu_mul;
 }
 

@@ -6,9 +6,9 @@
 //
 // idx [n] i32/i64 contiguous, W / dW [V, d] contiguous, out / dy [n, d] contiguous.
 // Backward accumulation rule, the same on both backends so they agree bit for bit: for each
-// row v, acc = 0 (dW's dtype: f32, f64 on the CPU); acc += dy[n, :] for the n with
-// idx[n] == v in increasing n; then dW[v, :] += acc, for every row v (rows without a token
-// add 0). No float atomics: the result does not depend on the launch shape.
+// row v that occurs in idx, acc = 0 (dW's dtype: f32, f64 on the CPU); acc += dy[n, :] for
+// the n with idx[n] == v in increasing n; then dW[v, :] += acc. Rows that do not occur are
+// not touched. No float atomics: the result does not depend on the launch shape.
 // Index range: every idx[n] must lie in [0, V). The CPU kernel checks all of them before
 // writing anything and throws std::invalid_argument naming the value; the CUDA kernels
 // record a bad value in a host-mapped flag, write 0 (forward) / skip the token (backward),

@@ -5,8 +5,10 @@
 // (ops::sum: sequential on the CPU, a fixed-shape tree on CUDA), scaled by inv_count and
 // added into loss_accum on the device: deterministic, no host synchronisation.
 // Dtypes: f32 x -> f32 logits; f64 x -> f64 logits (CPU references); bf16 x and W -> f32
-// logits from bf16 operands with fp32 accumulation, dlogits rounded to bf16 for dx (bf16)
-// and dW (f32 output from bf16 operands).
+// logits with fp32 accumulation: the bf16 operands are widened to f32 (exact), W once per
+// call and x per chunk, so every product is an f32 GEMM (dlogits stay f32; dx is rounded to
+// bf16 once at the end of its chunk). A GEMM taking bf16 operands with an f32 output would
+// save the widening copies.
 #include "engine/nn/cross_entropy.h"
 
 #include <algorithm>
@@ -63,8 +65,13 @@ void check_loss_inputs(const Tensor& x, const Tensor& targets, const LmHeadLossA
                                 " must be >= 1");
 }
 
-// out = x_c W^T; out [n, V] contiguous in the logits dtype.
-void logits_into(Tensor& out, const Tensor& xc, const Tensor& W) { ops::matmul_out(out, xc, W, false, true); }
+// An operand in the logits dtype (bf16 widened to f32; others as they are).
+Tensor widened(const Tensor& t, DType logits) { return t.dtype() == logits ? t : t.to(logits); }
+
+// out = x_c W^T; out [n, V] contiguous in the logits dtype; W already widened.
+void logits_into(Tensor& out, const Tensor& xc, const Tensor& Wm) {
+  ops::matmul_out(out, widened(xc, out.dtype()), Wm, false, true);
+}
 
 void run_rows(const Tensor& logits, const Tensor& targets, const LmHeadLossArgs& args, Tensor& row_loss,
               int32_t* correct, bool write_grad) {
@@ -114,17 +121,24 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
   Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
   const bool half = x.dtype() != s.logits;
+  const Tensor Wm = widened(W, s.logits);  // [V, d]
+  Tensor dx_buf = half ? Tensor::empty({chunk, s.d}, s.logits, x.device()) : Tensor();  // [chunk, d]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
-    const Tensor xc = x.narrow(0, c0, n);
-    Tensor logits = logits_buf.narrow(0, 0, n);  // [n, V], becomes dlogits
-    logits_into(logits, xc, W);
+    const Tensor xc = widened(x.narrow(0, c0, n), s.logits);  // [n, d]
+    Tensor logits = logits_buf.narrow(0, 0, n);                // [n, V], becomes dlogits
+    logits_into(logits, xc, Wm);
     Tensor loss_c = row_loss.narrow(0, c0, n);
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, nullptr, true);
-    const Tensor dlogits = half ? ops::convert(logits, x.dtype()) : logits;
     Tensor dxc = dx.narrow(0, c0, n);
-    ops::matmul_out(dxc, dlogits, W);                             // [n, V] x [V, d]
-    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);      // [V, n] x [n, d], +=
+    if (half) {
+      Tensor dxc_wide = dx_buf.narrow(0, 0, n);
+      ops::matmul_out(dxc_wide, logits, Wm);  // [n, V] x [V, d]
+      dxc.copy_(dxc_wide);
+    } else {
+      ops::matmul_out(dxc, logits, Wm);
+    }
+    ops::matmul_out(dW, logits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
   }
   accumulate_loss(row_loss, args.inv_count, loss_accum);
 }
@@ -144,10 +158,11 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
   const int64_t chunk = std::min(args.chunk_tokens, s.N);
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
   Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
+  const Tensor Wm = widened(W, s.logits);  // [V, d]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
     Tensor logits = logits_buf.narrow(0, 0, n);
-    logits_into(logits, x.narrow(0, c0, n), W);
+    logits_into(logits, x.narrow(0, c0, n), Wm);
     Tensor loss_c = row_loss.narrow(0, c0, n);
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, correct.defined() ? correct.data<int32_t>() + c0 : nullptr,
              false);
@@ -158,7 +173,7 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
   const HeadShape s = check_head(x, W, "lm_head_logits");
   Tensor out = Tensor::empty({s.N, s.V}, s.logits, x.device());  // [n, V]
-  if (out.numel() > 0) logits_into(out, x, W);
+  if (out.numel() > 0) logits_into(out, x, widened(W, s.logits));
   return out;
 }
 

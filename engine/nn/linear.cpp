@@ -4,6 +4,8 @@
 //   dx  = dy W            [R, out] x [out, in]      (dy's dtype)
 //   dW += dy^T x          [out, R] x [R, in]        (dW: f32 for bf16 operands, else x's dtype)
 //   db += sum_r dy[r, :]  as the GEMM ones[1, R] x dy [R, out] accumulated into db [1, out]
+// For bf16 / f16 operands both parameter GEMMs are mixed precision (engine/ops.h
+// matmul_out): bf16 operands, fp32 accumulation, f32 gradients read and written.
 #include "engine/nn/linear.h"
 
 #include <stdexcept>
@@ -74,14 +76,12 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, Tenso
   const Tensor dy2 = rows_of(dy);  // [R, out]
   const int64_t R = x2.size(0);
 
-  // Gradient operands in the gradient dtype (a widening copy for bf16 / f16).
-  const Tensor gx = x2.dtype() == gdt ? x2 : x2.to(gdt);
-  const Tensor gdy = dy2.dtype() == gdt ? dy2 : dy2.to(gdt);
-  ops::matmul_out(dW, gdy, gx, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
+  // bf16 / f16 operands write f32 gradients straight from the mixed-precision GEMM.
+  ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
   if (db) {
     Tensor db_row = db->view({1, out_features});
-    const Tensor ones = Tensor::full({1, R}, 1.0, gdt, dy.device());
-    ops::matmul_out(db_row, ones, gdy, false, false, 1.0, 1.0);  // db [1, out] += 1^T dy
+    const Tensor ones = Tensor::full({1, R}, 1.0, dy.dtype(), dy.device());
+    ops::matmul_out(db_row, ones, dy2, false, false, 1.0, 1.0);  // db [1, out] += 1^T dy
   }
   if (!need_dx) return Tensor();
   Shape dx_shape = y_shape;

@@ -1,6 +1,6 @@
 // Token embedding, CPU backend (twin: kernels/cuda/embedding.cu; contract: kernels/embedding.h).
-// Forward gathers rows. Backward keeps one accumulator row per vocabulary row touched,
-// sums dy into it in token order, then adds every row's accumulator into dW: the
+// Forward gathers rows. Backward keeps one accumulator row per vocabulary row that occurs,
+// sums dy into it in token order, then adds each accumulator into its row of dW: the
 // accumulation rule of kernels/embedding.h, so the CUDA kernel's result is bit-identical.
 // All indices are checked before anything is written.
 #include <stdexcept>
@@ -42,8 +42,8 @@ void forward(const EmbeddingParams& p) {
   }
 }
 
-// acc[v] collects the rows of dy in token order (only the touched rows are materialised);
-// untouched rows add an accumulator of 0 like the CUDA kernel does (dW += 0).
+// acc[slot[v]] collects the rows of dy for row v in token order (only the rows that occur
+// are materialised); rows without a token are not touched.
 template <class I, class W, class A>
 void backward(const EmbeddingParams& p) {
   using Acc = W;  // f32 or f64: dW's dtype
@@ -64,13 +64,10 @@ void backward(const EmbeddingParams& p) {
     for (int64_t c = 0; c < p.d; ++c) a[c] += static_cast<Acc>(load_as_compute(g[c]));
   }
   for (int64_t v = 0; v < p.V; ++v) {
+    if (slot[v] < 0) continue;
     W* row = dW + v * p.d;
-    if (slot[v] < 0) {
-      for (int64_t c = 0; c < p.d; ++c) row[c] += Acc(0);
-    } else {
-      const Acc* a = acc.data() + slot[v] * p.d;
-      for (int64_t c = 0; c < p.d; ++c) row[c] += a[c];
-    }
+    const Acc* a = acc.data() + slot[v] * p.d;
+    for (int64_t c = 0; c < p.d; ++c) row[c] += a[c];
   }
 }
 

@@ -62,6 +62,13 @@ Reference reference(const Tensor& x, const Tensor& W, const std::vector<int64_t>
   return r;
 }
 
+// Targets for the bf16 test: a fixed pattern over [0, V) with one ignored row.
+Tensor make_targets_for_bf16(int64_t N, int64_t V) {
+  std::vector<int64_t> t(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) t[i] = i == 4 ? -100 : (i * 7 + 3) % V;
+  return Tensor::from_vector(t, {N}, DType::i64);
+}
+
 Tensor scalar(double v, DType dt = DType::f64) { return Tensor::full({}, v, dt); }
 
 }  // namespace
@@ -183,6 +190,31 @@ TEST_CASE("lm head cross-entropy f32: bit-identical reruns, close to f64", "[nn]
   CHECK(std::fabs(a[0].item() - r[0].item()) < 1e-6 * std::fabs(r[0].item()));
   CHECK(ops::max_rel_diff(a[1].to(DType::f64), r[1]) < 1e-5);
   CHECK(ops::max_rel_diff(a[2].to(DType::f64), r[2]) < 1e-5);
+}
+
+TEST_CASE("lm head cross-entropy bf16: f32 logits from bf16 operands", "[nn][cross_entropy]") {
+  const int64_t N = 21, d = 16, V = 40;
+  const Tensor x = test::random_tensor({N, d}, 12, DType::bf16);
+  const Tensor W = test::random_tensor({V, d}, 13, DType::bf16);
+  const Tensor targets = make_targets_for_bf16(N, V);
+  nn::LmHeadLossArgs args;
+  args.inv_count = 1.0 / N;
+  args.chunk_tokens = 5;
+  Tensor loss = Tensor::zeros({}), dx, dW = Tensor::zeros({V, d});
+  nn::lm_head_cross_entropy_backward(x, W, targets, args, loss, dx, dW);
+  CHECK(dx.dtype() == DType::bf16);
+  // the same values in f64: the bf16 operands are exact there, only the f32 arithmetic and
+  // dx's final rounding to bf16 differ
+  const Tensor x64 = x.to(DType::f64), W64 = W.to(DType::f64);
+  Tensor loss64 = Tensor::zeros({}, DType::f64), dx64, dW64 = Tensor::zeros({V, d}, DType::f64);
+  nn::lm_head_cross_entropy_backward(x64, W64, targets, args, loss64, dx64, dW64);
+  CHECK(std::fabs(loss.item() - loss64.item()) < 1e-6 * std::fabs(loss64.item()));
+  CHECK(ops::max_rel_diff(dW.to(DType::f64), dW64) < 1e-5);
+  CHECK(ops::max_rel_diff(dx.to(DType::f64), dx64) < 4e-3);
+  Tensor eval = Tensor::zeros({});
+  nn::lm_head_cross_entropy_forward(x, W, targets, args, eval);
+  CHECK(eval.item() == loss.item());
+  CHECK(nn::lm_head_logits(x, W).dtype() == DType::f32);
 }
 
 TEST_CASE("lm head cross-entropy errors name the bad target, shape or argument", "[nn][cross_entropy]") {
