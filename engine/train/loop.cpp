@@ -621,25 +621,30 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       }
     }
 
-    if (step % tc.log_every == 0 || step == tc.steps) {
+    // The metrics record and the plain progress line every log_every steps; on a terminal
+    // the live line is redrawn every step.
+    const bool log_now = step % tc.log_every == 0 || step == tc.steps;
+    if (log_now || live) {
       const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);
       const double mfu = peak > 0 ? flops_per_token * tok_s / peak : 0.0;
       MemoryStats mem = memory_stats(dev);
-      nlohmann::ordered_json j;
-      j["type"] = "train";
-      j["step"] = step;
-      j["loss"] = st.loss;
-      j["lr"] = st.lr;
-      j["grad_norm"] = st.grad_norm;
-      j["skipped"] = st.skipped;
-      j["tokens_per_s"] = tok_s;
-      j["ms_per_step"] = st.ms;
-      j["mfu"] = mfu;
-      j["mem_in_use"] = mem.in_use;
-      j["mem_reserved"] = mem.reserved;
-      j["mem_peak"] = mem.peak;
-      metrics << j.dump() << "\n";
-      metrics.flush();
+      if (log_now) {
+        nlohmann::ordered_json j;
+        j["type"] = "train";
+        j["step"] = step;
+        j["loss"] = st.loss;
+        j["lr"] = st.lr;
+        j["grad_norm"] = st.grad_norm;
+        j["skipped"] = st.skipped;
+        j["tokens_per_s"] = tok_s;
+        j["ms_per_step"] = st.ms;
+        j["mfu"] = mfu;
+        j["mem_in_use"] = mem.in_use;
+        j["mem_reserved"] = mem.reserved;
+        j["mem_peak"] = mem.peak;
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
       const double eta = ema_ms / 1000.0 * static_cast<double>(tc.steps - step);
       char mfu_text[16] = "-";
       if (peak > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -647,8 +652,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       std::snprintf(line, sizeof line,
                     "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
                     static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s,
-                    ema_ms, mfu_text,
-                    human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(), human_duration(eta).c_str());
+                    ema_ms, mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(),
+                    human_duration(eta).c_str());
       if (live) std::fprintf(stderr, "\r\033[K%s", line), std::fflush(stderr);
       else spdlog::info("{}", line);
     }
