@@ -611,14 +611,6 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     if (st.skipped) {
       clear_live();
       spdlog::warn("step {}: update skipped: {} ({} in a row, {} in all)", step, st.skip_reason, consecutive, skipped);
-      if (consecutive >= tc.max_consecutive_skips) {
-        std::string last = checkpoint_list(rc.out_dir).empty() ? "none" : checkpoint_list(rc.out_dir).front();
-        spdlog::error("stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); last good checkpoint: {}. "
-                      "Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
-                      consecutive, tc.max_consecutive_skips, last);
-        result = RunResult::too_many_skips;
-        break;
-      }
     }
 
     // The metrics record and the plain progress line every log_every steps; on a terminal
@@ -658,6 +650,16 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       else spdlog::info("{}", line);
     }
 
+    if (st.skipped && consecutive >= tc.max_consecutive_skips) {
+      clear_live();
+      auto kept = checkpoint_list(rc.out_dir);
+      spdlog::error("stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
+                    "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
+                    consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
+      result = RunResult::too_many_skips;
+      break;
+    }
+
     if ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps) {
       EvalResult ev = evaluate(*model, rc, tc.eval_batches);
       nlohmann::ordered_json j;
@@ -683,7 +685,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
 
     const bool stop = g_stop_signal != 0;
-    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps || stop) {
+    // No periodic checkpoint in the middle of a run of skipped updates: the newest one stays
+    // the last good state.
+    if ((((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps) && consecutive == 0) || stop) {
       clear_live();
       save_checkpoint();
     }

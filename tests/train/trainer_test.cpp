@@ -304,3 +304,31 @@ TEST_CASE("trainer: sample is deterministic and decodes bytes", "[trainer][cli]"
   CHECK(s1.out.rfind("the ", 0) == 0);
   CHECK(s1.out.size() == 4 + 12 + 1);  // prompt + 12 bytes + newline
 }
+
+TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at the last good checkpoint", "[trainer][train]") {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  // lr 10 without clipping blows the loss up within a few steps; each blown-up loss is a
+  // spike against the 2-step window, the skipped update leaves the weights as they were,
+  // so the spikes repeat until max_consecutive_skips stops the run.
+  write_text(tmp / "c.json", tiny_config(out, 20, 1));
+  auto r = run_trainer({"--config", tmp / "c.json", "--set", "train.lr=10", "--set", "train.max_grad_norm=0", "--set",
+                        "train.warmup_steps=0", "--set", "train.weight_decay=0", "--set", "train.spike_zscore=4", "--set",
+                        "train.spike_window=2", "--set", "train.max_consecutive_skips=3"},
+                       tmp.path.string(), "spike");
+  INFO(r.err);
+  CHECK(r.rc == 3);
+  CHECK_THAT(r.err, Catch::Contains("update skipped") && Catch::Contains("stopping: 3 updates skipped in a row"));
+  auto recs = lt::traintest::train_records(out + "/metrics.jsonl");
+  REQUIRE(recs.size() >= 4);
+  const int64_t last = recs.back()["step"].get<int64_t>();
+  int64_t skipped_tail = 0;
+  for (auto it = recs.rbegin(); it != recs.rend() && (*it)["skipped"].get<bool>(); ++it) ++skipped_tail;
+  CHECK(skipped_tail == 3);
+  CHECK(last < 20);
+  // The newest checkpoint is the step before the skips began, and it verifies.
+  auto latest = lt::train::checkpoint_find_latest(out);
+  REQUIRE(latest.has_value());
+  CHECK(fs::path(*latest).filename() == lt::train::checkpoint_dir_name(last - 3));
+  CHECK_THAT(r.err, Catch::Contains(*latest));
+}
