@@ -356,18 +356,8 @@ LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string
   } catch (const std::exception& e) {
     throw ConfigError(e.what());
   }
-  nlohmann::ordered_json cfg = lm.checkpoint.config;
-  // The data files of the run may have moved; the model does not need them.
-  if (const auto* src = config_get(cfg, "data.path"); !need_data && src && !src->get<std::string>().empty()) {
-    std::error_code ec;
-    if (!fs::exists(src->get<std::string>(), ec)) {
-      spdlog::info("the run's data ({}) is not here: not needed for this command", src->get<std::string>());
-      config_set(cfg, "data.source", "synthetic");
-      config_set(cfg, "data.path", "");
-      config_set(cfg, "data.vocab_size", 0);
-    }
-  }
-  lm.config = config_resolve(cfg);
+  // export and sample need no data files: the run's data may have moved.
+  lm.config = config_resolve(lm.checkpoint.config, need_data);
   Device dev = resolve_device(device_spec);
   lm.model = std::make_unique<model::Model>(lm.config.model, dev);
   lm.model->load_params(lm.checkpoint.model);

@@ -303,6 +303,18 @@ TEST_CASE("trainer: sample is deterministic and decodes bytes", "[trainer][cli]"
   CHECK(s1.out == s2.out);
   CHECK(s1.out.rfind("the ", 0) == 0);
   CHECK(s1.out.size() == 4 + 12 + 1);  // prompt + 12 bytes + newline
+  // Sampling needs no data files: the same after the text is gone.
+  fs::remove(tmp / "t.txt");
+  auto s3 = run_trainer({"sample", "--checkpoint", out + "/step-00000003", "--prompt", "the ", "--tokens", "12",
+                         "--temperature", "0.8", "--top-k", "5", "--device", "cpu"},
+                        tmp.path.string(), "s3");
+  INFO(s3.err);
+  CHECK(s3.rc == 0);
+  CHECK(s3.out == s1.out);
+  // eval does need them, and says which key names the missing file.
+  auto e = run_trainer({"eval", "--checkpoint", out + "/step-00000003", "--device", "cpu"}, tmp.path.string(), "e");
+  CHECK(e.rc == 2);
+  CHECK_THAT(e.err, Catch::Contains("data.path") && Catch::Contains("t.txt"));
 }
 
 TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at the last good checkpoint", "[trainer][train]") {
