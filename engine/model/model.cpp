@@ -52,6 +52,19 @@ BlockFns block_fns(Arch arch) {
   throw std::invalid_argument("model: unknown arch");
 }
 
+// The process-wide TF32 switch (engine/ops.h) set for the model's precision while one of its
+// entry points runs (on in the tf32 mode, off otherwise), restored on exit.
+class MatmulPrecisionScope {
+ public:
+  explicit MatmulPrecisionScope(Precision p) : previous_(ops::matmul_tf32()) { ops::set_matmul_tf32(p == Precision::tf32); }
+  ~MatmulPrecisionScope() { ops::set_matmul_tf32(previous_); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t v, const char* key) {
     if (v <= 0) throw std::invalid_argument(std::string("model config: ") + key + " must be > 0, got " + std::to_string(v));
@@ -158,8 +171,8 @@ Model::Model(const ModelConfig& cfg, Device device, DType param_dtype) : impl_(s
     throw std::invalid_argument(std::string("model: param_dtype must be f32 or f64, got ") + dtype_name(param_dtype));
   if (cfg.precision == Precision::bf16 && param_dtype != DType::f32)
     throw std::invalid_argument("model: the bf16 precision mode needs f32 parameters");
-  if (cfg.precision == Precision::tf32)
-    throw std::invalid_argument("model: precision tf32 is not available in this build yet (no TF32 GEMM switch)");
+  if (cfg.precision == Precision::tf32 && param_dtype != DType::f32)
+    throw std::invalid_argument("model: the tf32 precision mode needs f32 parameters");
   Impl& m = *impl_;
   m.cfg = cfg;
   m.device = device;
@@ -266,6 +279,7 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   Impl& m = *impl_;
   if (!targets.defined()) throw std::invalid_argument("forward_backward: targets are required");
   m.check_batch(tokens, targets, "forward_backward");
+  MatmulPrecisionScope precision(m.cfg.precision);
   const int64_t B = tokens.size(0), T = tokens.size(1), d = m.cfg.hidden_size, N = B * T;
   Impl::Trunk trunk;
   Tensor y = m.forward_trunk(tokens, /*training=*/true, trunk);  // [B, T, d]
@@ -301,6 +315,7 @@ void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_cou
   Impl& m = *impl_;
   if (!targets.defined()) throw std::invalid_argument("evaluate: targets are required");
   m.check_batch(tokens, targets, "evaluate");
+  MatmulPrecisionScope precision(m.cfg.precision);
   const int64_t N = tokens.numel(), d = m.cfg.hidden_size;
   if (correct.defined() && (correct.numel() != N || correct.dtype() != DType::i32))
     throw std::invalid_argument("evaluate: correct must be [" + std::to_string(N) + "] i32, got " +
@@ -317,6 +332,7 @@ void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_cou
 Tensor Model::next_token_logits(const Tensor& tokens) {
   Impl& m = *impl_;
   m.check_batch(tokens, Tensor(), "next_token_logits");
+  MatmulPrecisionScope precision(m.cfg.precision);
   Impl::Trunk trunk;
   Tensor y = m.forward_trunk(tokens, /*training=*/false, trunk);  // [B, T, d]
   Tensor last = y.select(1, y.size(1) - 1).contiguous();         // [B, d]
