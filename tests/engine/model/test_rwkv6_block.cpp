@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/model/blocks.h"
+#include "engine/model/params.h"
 #include "engine/ops.h"
 #include "tests/engine/model/fla_state_dict_tiny.h"
 #include "tests/support/gradcheck.h"
@@ -109,10 +110,8 @@ TEST_CASE("rwkv6 block specs: fla's names, order, shapes and initialisations (ti
         }
         default: FAIL("unexpected init kind for " << l.name);
       }
-      // AdamW decays the 2-D matmul weights only.
-      const bool matmul_weight = s.shape.size() == 2 && l.name.size() > 7 &&
-                                 l.name.compare(l.name.size() - 7, 7, ".weight") == 0;
-      CHECK(s.decay == matmul_weight);
+      // AdamW decays the GEMM weights only (2-D ".weight"; not x_bias, bonus).
+      CHECK(s.decay == is_gemm_weight(s));
     }
   }
 }

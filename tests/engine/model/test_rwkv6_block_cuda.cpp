@@ -16,6 +16,7 @@
 
 #include "engine/device.h"
 #include "engine/model/blocks.h"
+#include "engine/model/params.h"
 #include "engine/ops.h"
 
 using lt::DType;
@@ -34,10 +35,6 @@ double rel_err(const Tensor& x, const Tensor& ref) {
     den += b[i] * b[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-bool is_matmul_weight(const ParamSpec& s) {
-  return s.shape.size() == 2 && s.name.size() > 7 && s.name.compare(s.name.size() - 7, 7, ".weight") == 0;
 }
 
 ModelConfig cuda_block_config() {
@@ -64,7 +61,7 @@ Run run_block(const ModelConfig& cfg, int layer, const ParamMap& host, const Ten
               Device dev, DType act, DType wdt, DType pdt, DType gdt) {
   ParamMap w, g;
   for (const ParamSpec& s : rwkv6_block_specs(cfg, layer)) {
-    w[s.name] = host.at(s.name).to(is_matmul_weight(s) ? wdt : pdt).to(dev).contiguous();
+    w[s.name] = host.at(s.name).to(is_gemm_weight(s) ? wdt : pdt).to(dev).contiguous();
     g[s.name] = Tensor::zeros(s.shape, gdt, dev);
   }
   const Tensor x = x64.to(act).to(dev), dy = dy64.to(act).to(dev);
@@ -93,7 +90,7 @@ TEST_CASE("rwkv6 block on CUDA (fused mixer, fp32 and bf16) matches the CPU bloc
     for (const ParamSpec& s : rwkv6_block_specs(cfg, layer)) {
       Tensor p = lt::ops::randn(s.shape, 4000 + layer, off, DType::f64);
       off += static_cast<uint64_t>(lt::shape_numel(s.shape));
-      p = p * (is_matmul_weight(s) ? 0.7 / std::sqrt(static_cast<double>(s.shape[1])) : 0.5);
+      p = p * (is_gemm_weight(s) ? 0.7 / std::sqrt(static_cast<double>(s.shape[1])) : 0.5);
       if (s.name.find("norm.weight") != std::string::npos) p = lt::ops::add_scalar(p, 1.0);
       host[s.name] = p;
     }
