@@ -9,6 +9,8 @@
 //   int32 header[256]: header[0] = 20240520 (magic), header[1] = 1 (version),
 //                      header[2] = number of tokens n
 //   uint16 tokens[n]   (little-endian); file size = 1024 + 2 n
+// Every token a loader can read (its split of each shard) is checked against vocab_size
+// when the loader is made.
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/mman.h>
@@ -92,8 +94,8 @@ class WindowSource final : public Source {
   WindowSource(std::string kind, const DataConfig& cfg, Split split, int64_t T, int64_t vocab)
       : kind_(std::move(kind)), path_(cfg.path), split_(split), T_(T), V_(vocab), val_fraction_(cfg.val_fraction) {}
 
-  // Adds the split of a file holding n tokens of `width` bytes from byte `base`.
-  void add_file(std::unique_ptr<MappedFile> file, size_t base, int width, int64_t n) {
+  // Adds the split of a file holding n tokens of `width` bytes from byte `base`; returns it.
+  Segment add_file(std::unique_ptr<MappedFile> file, size_t base, int width, int64_t n) {
     const auto n_val = static_cast<int64_t>(static_cast<double>(n) * val_fraction_);
     Segment s;
     s.file = file.get();
@@ -109,6 +111,7 @@ class WindowSource final : public Source {
       windows_ += s.length - T_;
       cumulative_.push_back(windows_);
     }
+    return s;
   }
 
   // Throws when no window fits.
@@ -230,15 +233,14 @@ std::unique_ptr<Source> make_token_source(const DataConfig& cfg, Split split, in
       throw std::runtime_error(where + "size mismatch: the header says " + std::to_string(n) + " tokens (" +
                                std::to_string(expect) + " bytes) but the file has " + std::to_string(file->size()) +
                                " bytes");
-    const uint8_t* tok = file->data() + kShardHeaderBytes;
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t v;
-      std::memcpy(&v, tok + 2 * i, 2);
+    // The tokens this split reads (the train and the validation loader each check theirs).
+    const Segment seg = src->add_file(std::move(file), kShardHeaderBytes, 2, n);
+    for (int64_t i = 0; i < seg.length; ++i) {
+      const int64_t v = seg.token(i);
       if (v >= cfg.vocab_size)
-        throw std::runtime_error(where + "token " + std::to_string(v) + " at index " + std::to_string(i) +
+        throw std::runtime_error(where + "token " + std::to_string(v) + " at index " + std::to_string(seg.begin + i) +
                                  " is >= vocab_size " + std::to_string(cfg.vocab_size));
     }
-    src->add_file(std::move(file), kShardHeaderBytes, 2, n);
   }
   src->finish();
   return src;

@@ -359,6 +359,14 @@ TEST_CASE("data: each bad input gets an error naming the file or key", "[data]")
     good[42] = 1000;
     write_shard(tok.path, good);
     CHECK_THAT(loader_error(tok), Contains(tok.path) && Contains("token 1000 at index 42 is >= vocab_size 1000"));
+    // Each loader checks the tokens of its split: one in the validation tail (the last 5 of
+    // 100) stops the validation loader.
+    good[42] = 5;
+    good[97] = 4000;
+    write_shard(tok.path, good);
+    tok.val_fraction = 0.05;
+    CHECK_THAT(loader_error(tok, Split::val, 2), Contains(tok.path) && Contains("token 4000 at index 97 is >= vocab_size 1000"));
+    CHECK(loader_error(tok, Split::train, 2) == "(no exception)");
   }
   SECTION("unknown source and bad settings") {
     DataConfig c;
