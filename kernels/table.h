@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/adamw.h"
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
 #include "kernels/op_lists.h"
@@ -119,6 +120,8 @@ using ConvertKernel = void(DType out, DType in, const IterParams&, uintptr_t str
 using ReduceKernel = void(ReduceOp, DType, const ReduceParams&, uintptr_t stream);
 using ScanKernel = void(DType, const ScanParams&, uintptr_t stream);
 using MatmulKernel = void(DType, const MatmulParams&, uintptr_t stream);
+// DType: the arenas' (params, grads, moments; f32 or f64). kernels/adamw.h.
+using AdamWKernel = void(AdamWOp, DType, const AdamWParams&, uintptr_t stream);
 using TriMaskKernel = void(DType, const TriMaskParams&, uintptr_t stream);
 using TrisolveKernel = void(DType, const TrisolveParams&, uintptr_t stream);
 using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stream);
@@ -153,6 +156,7 @@ using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
   X(reduce, ReduceKernel)     \
   X(cumsum, ScanKernel)       \
   X(matmul, MatmulKernel)     \
+  X(adamw, AdamWKernel)       \
   X(tri_mask, TriMaskKernel)  \
   X(trisolve, TrisolveKernel) \
   X(random, RandomKernel)     \
