@@ -85,7 +85,9 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t
     else spdlog::info("no tokenizer.json beside the run's token data: prompt and output are token ids");
   }
   auto out = lt::train::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
-  std::cout << lt::train::decode_tokens(lm.config, ids) << lt::train::decode_tokens(lm.config, out) << std::endl;
+  std::vector<int32_t> all = ids;
+  all.insert(all.end(), out.begin(), out.end());
+  std::cout << lt::train::decode_tokens(lm.config, all) << std::endl;
   return 0;
 }
 

@@ -238,6 +238,20 @@ TEST_CASE("trainer: a tiny MQAR run learns; kill -9 + --resume auto is bit-exact
     CHECK(a.targets > 0);
     CHECK(a.loss == b.loss);
     CHECK(a.accuracy == b.accuracy);
+    // Sampling a token-id model without a tokenizer: ids in, ids out, all in the vocabulary.
+    auto ids = run_trainer({"sample", "--checkpoint", ref + "/step-00000040", "--prompt", "3 20 5", "--tokens", "4",
+                            "--device", "cpu"},
+                           tmp.path.string(), "ids");
+    INFO(ids.err);
+    REQUIRE(ids.rc == 0);
+    std::istringstream is(ids.out);
+    std::vector<int> got;
+    for (int v; is >> v;) got.push_back(v);
+    REQUIRE(got.size() == 7);
+    CHECK(got[0] == 3);
+    CHECK(got[1] == 20);
+    CHECK(got[2] == 5);
+    for (int v : got) CHECK((v >= 0 && v < 32));
     // `trainer eval` reports the same loss.
     auto r5 = run_trainer({"eval", "--checkpoint", ref + "/step-00000040", "--batches", "2", "--device", "cpu"},
                           tmp.path.string(), "eval");
