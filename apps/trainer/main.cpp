@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
@@ -32,9 +33,9 @@ Examples:
   trainer --config configs/quick.json --set train.lr=1e-3 --set model.hidden_size=128
   trainer --config configs/quick.json --print-config       the effective config as JSON
   trainer --config configs/quick.json --resume none        start over (removes old checkpoints of --out)
-  trainer export --checkpoint runs/quick/step-00000300 --out fla-model
+  trainer export --checkpoint runs/quick/step-00000200 --out fla-model
   trainer sample --checkpoint runs/text/step-00002000 --prompt "Once upon" --tokens 200 --temperature 0.8 --top-k 40
-  trainer eval   --checkpoint runs/quick/step-00000300
+  trainer eval   --checkpoint runs/quick/step-00000200
 
 Exit codes: 0 done (also after SIGINT/SIGTERM: a checkpoint is written first); 2 bad input
 (nothing written); 3 stopped after too many skipped updates; 1 other failure.
@@ -84,7 +85,9 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t
     else spdlog::info("no tokenizer.json beside the run's token data: prompt and output are token ids");
   }
   auto out = lt::train::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
-  std::cout << lt::train::decode_tokens(lm.config, ids) << lt::train::decode_tokens(lm.config, out) << std::endl;
+  std::vector<int32_t> all = ids;
+  all.insert(all.end(), out.begin(), out.end());
+  std::cout << lt::train::decode_tokens(lm.config, all) << std::endl;
   return 0;
 }
 
@@ -106,6 +109,9 @@ int run_eval(const std::string& checkpoint, int64_t batches, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Log lines and progress go to stderr: stdout carries only results (--print-config,
+  // `eval`'s JSON line, `sample`'s text).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lintrain"));
   lt::log_init();
   CLI::App app{
       "trainer: train depth-2 KDA / RWKV6 language models (lintrain).\n"
@@ -134,7 +140,7 @@ int main(int argc, char** argv) {
   double temperature = 0.0;
   uint64_t s_seed = 1;
   CLI::App* ex = app.add_subcommand("export", "write config.json + model.safetensors that fla's KDAForCausalLM / "
-                                              "RWKV6ForCausalLM load.\n  e.g. trainer export --checkpoint runs/quick/step-00000300 --out fla-model");
+                                              "RWKV6ForCausalLM load.\n  e.g. trainer export --checkpoint runs/quick/step-00000200 --out fla-model");
   ex->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   ex->add_option("--out", ex_out, "output folder for config.json and model.safetensors")->required();
   CLI::App* sa = app.add_subcommand("sample", "generate text (byte vocabularies) or token ids from a checkpoint.\n"
@@ -147,7 +153,7 @@ int main(int argc, char** argv) {
   sa->add_option("--seed", s_seed, "sampling seed (default 1)");
   sa->add_option("--device", s_device, "auto | cpu | cuda[:N] (default auto)");
   CLI::App* ev = app.add_subcommand("eval", "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
-                                            "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000300");
+                                            "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
   ev->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   ev->add_option("--batches", batches, "validation batches (default: the run's train.eval_batches)");
   ev->add_option("--device", e_device, "auto | cpu | cuda[:N] (default auto)");

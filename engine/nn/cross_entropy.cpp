@@ -5,10 +5,9 @@
 // (ops::sum: sequential on the CPU, a fixed-shape tree on CUDA), scaled by inv_count and
 // added into loss_accum on the device: deterministic, no host synchronisation.
 // Dtypes: f32 x -> f32 logits; f64 x -> f64 logits (CPU references); bf16 x and W -> f32
-// logits with fp32 accumulation: the bf16 operands are widened to f32 (exact), W once per
-// call and x per chunk, so every product is an f32 GEMM (dlogits stay f32; dx is rounded to
-// bf16 once at the end of its chunk). A GEMM taking bf16 operands with an f32 output would
-// save the widening copies.
+// logits from the mixed-precision GEMM (bf16 operands, fp32 accumulation, f32 output);
+// for the backward products dlogits are rounded to bf16 (as autocast does): dx = dlogits W
+// in bf16, dW (f32) += dlogits^T x from bf16 operands with fp32 accumulation.
 #include "engine/nn/cross_entropy.h"
 
 #include <algorithm>
@@ -65,13 +64,8 @@ void check_loss_inputs(const Tensor& x, const Tensor& targets, const LmHeadLossA
                                 " must be >= 1");
 }
 
-// An operand in the logits dtype (bf16 widened to f32; others as they are).
-Tensor widened(const Tensor& t, DType logits) { return t.dtype() == logits ? t : t.to(logits); }
-
-// out = x_c W^T; out [n, V] contiguous in the logits dtype; W already widened.
-void logits_into(Tensor& out, const Tensor& xc, const Tensor& Wm) {
-  ops::matmul_out(out, widened(xc, out.dtype()), Wm, false, true);
-}
+// out = x_c W^T; out [n, V] contiguous in the logits dtype (f32 from bf16 operands).
+void logits_into(Tensor& out, const Tensor& xc, const Tensor& W) { ops::matmul_out(out, xc, W, false, true); }
 
 void run_rows(const Tensor& logits, const Tensor& targets, const LmHeadLossArgs& args, Tensor& row_loss,
               int32_t* correct, bool write_grad) {
@@ -121,24 +115,22 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
   Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
   const bool half = x.dtype() != s.logits;
-  const Tensor Wm = widened(W, s.logits);  // [V, d]
-  Tensor dx_buf = half ? Tensor::empty({chunk, s.d}, s.logits, x.device()) : Tensor();  // [chunk, d]
+  Tensor dlogits_half_buf = half ? Tensor::empty({chunk, s.V}, x.dtype(), x.device()) : Tensor();  // [chunk, V]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
-    const Tensor xc = widened(x.narrow(0, c0, n), s.logits);  // [n, d]
-    Tensor logits = logits_buf.narrow(0, 0, n);                // [n, V], becomes dlogits
-    logits_into(logits, xc, Wm);
+    const Tensor xc = x.narrow(0, c0, n);        // [n, d]
+    Tensor logits = logits_buf.narrow(0, 0, n);  // [n, V], becomes dlogits
+    logits_into(logits, xc, W);
     Tensor loss_c = row_loss.narrow(0, c0, n);
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, nullptr, true);
-    Tensor dxc = dx.narrow(0, c0, n);
+    Tensor dlogits = logits;
     if (half) {
-      Tensor dxc_wide = dx_buf.narrow(0, 0, n);
-      ops::matmul_out(dxc_wide, logits, Wm);  // [n, V] x [V, d]
-      dxc.copy_(dxc_wide);
-    } else {
-      ops::matmul_out(dxc, logits, Wm);
+      dlogits = dlogits_half_buf.narrow(0, 0, n);
+      dlogits.copy_(logits);  // rounded to bf16
     }
-    ops::matmul_out(dW, logits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
+    Tensor dxc = dx.narrow(0, c0, n);
+    ops::matmul_out(dxc, dlogits, W);                          // [n, V] x [V, d]
+    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);   // [V, n] x [n, d], +=
   }
   accumulate_loss(row_loss, args.inv_count, loss_accum);
 }
@@ -158,11 +150,10 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
   const int64_t chunk = std::min(args.chunk_tokens, s.N);
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
   Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
-  const Tensor Wm = widened(W, s.logits);  // [V, d]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
     Tensor logits = logits_buf.narrow(0, 0, n);
-    logits_into(logits, x.narrow(0, c0, n), Wm);
+    logits_into(logits, x.narrow(0, c0, n), W);
     Tensor loss_c = row_loss.narrow(0, c0, n);
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, correct.defined() ? correct.data<int32_t>() + c0 : nullptr,
              false);
@@ -173,7 +164,7 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
   const HeadShape s = check_head(x, W, "lm_head_logits");
   Tensor out = Tensor::empty({s.N, s.V}, s.logits, x.device());  // [n, V]
-  if (out.numel() > 0) logits_into(out, x, widened(W, s.logits));
+  if (out.numel() > 0) logits_into(out, x, W);
   return out;
 }
 

@@ -335,7 +335,7 @@ const ojson* config_get(const ojson& j, const std::string& path) {
   return node;
 }
 
-RunConfig config_resolve(const ojson& user) {
+RunConfig config_resolve(const ojson& user, bool check_files) {
   if (!user.is_object()) throw ConfigError("config: expected a JSON object at the top level");
   ojson given = ojson::object();
   check_tree(user, "", given);
@@ -391,7 +391,7 @@ RunConfig config_resolve(const ojson& user) {
       throw ConfigError("config key 'data.path': expected " +
                         std::string(d.source == "text" ? "a UTF-8 text file or folder" : "a token shard file or glob") +
                         " for data.source \"" + d.source + "\", got nothing");
-    if (!path_exists_or_glob(d.path))
+    if (check_files && !path_exists_or_glob(d.path))
       throw ConfigError("config key 'data.path': '" + d.path + "' does not exist" +
                         (d.source == "tokens" ? " (and matches no file as a glob)" : ""));
     if (d.source == "text" && m.vocab_size < 256)

@@ -94,9 +94,9 @@ struct RunConfig {
   nlohmann::ordered_json effective;  // every key, schema order
 };
 
-// Validates `user` against the schema and fills in the defaults. Checks the files the data
-// section names (data.path) exist.
-RunConfig config_resolve(const nlohmann::ordered_json& user);
+// Validates `user` against the schema and fills in the defaults. check_files: the files the
+// data section names (data.path) must exist (off for commands that need no data: export, sample).
+RunConfig config_resolve(const nlohmann::ordered_json& user, bool check_files = true);
 
 // Keys whose change makes a checkpoint unloadable (model shape, vocabulary).
 const std::vector<std::string>& config_shape_keys();

@@ -356,18 +356,8 @@ LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string
   } catch (const std::exception& e) {
     throw ConfigError(e.what());
   }
-  nlohmann::ordered_json cfg = lm.checkpoint.config;
-  // The data files of the run may have moved; the model does not need them.
-  if (const auto* src = config_get(cfg, "data.path"); !need_data && src && !src->get<std::string>().empty()) {
-    std::error_code ec;
-    if (!fs::exists(src->get<std::string>(), ec)) {
-      spdlog::info("the run's data ({}) is not here: not needed for this command", src->get<std::string>());
-      config_set(cfg, "data.source", "synthetic");
-      config_set(cfg, "data.path", "");
-      config_set(cfg, "data.vocab_size", 0);
-    }
-  }
-  lm.config = config_resolve(cfg);
+  // export and sample need no data files: the run's data may have moved.
+  lm.config = config_resolve(lm.checkpoint.config, need_data);
   Device dev = resolve_device(device_spec);
   lm.model = std::make_unique<model::Model>(lm.config.model, dev);
   lm.model->load_params(lm.checkpoint.model);
@@ -611,35 +601,32 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     if (st.skipped) {
       clear_live();
       spdlog::warn("step {}: update skipped: {} ({} in a row, {} in all)", step, st.skip_reason, consecutive, skipped);
-      if (consecutive >= tc.max_consecutive_skips) {
-        std::string last = checkpoint_list(rc.out_dir).empty() ? "none" : checkpoint_list(rc.out_dir).front();
-        spdlog::error("stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); last good checkpoint: {}. "
-                      "Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
-                      consecutive, tc.max_consecutive_skips, last);
-        result = RunResult::too_many_skips;
-        break;
-      }
     }
 
-    if (step % tc.log_every == 0 || step == tc.steps) {
+    // The metrics record and the plain progress line every log_every steps; on a terminal
+    // the live line is redrawn every step.
+    const bool log_now = step % tc.log_every == 0 || step == tc.steps;
+    if (log_now || live) {
       const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);
       const double mfu = peak > 0 ? flops_per_token * tok_s / peak : 0.0;
       MemoryStats mem = memory_stats(dev);
-      nlohmann::ordered_json j;
-      j["type"] = "train";
-      j["step"] = step;
-      j["loss"] = st.loss;
-      j["lr"] = st.lr;
-      j["grad_norm"] = st.grad_norm;
-      j["skipped"] = st.skipped;
-      j["tokens_per_s"] = tok_s;
-      j["ms_per_step"] = st.ms;
-      j["mfu"] = mfu;
-      j["mem_in_use"] = mem.in_use;
-      j["mem_reserved"] = mem.reserved;
-      j["mem_peak"] = mem.peak;
-      metrics << j.dump() << "\n";
-      metrics.flush();
+      if (log_now) {
+        nlohmann::ordered_json j;
+        j["type"] = "train";
+        j["step"] = step;
+        j["loss"] = st.loss;
+        j["lr"] = st.lr;
+        j["grad_norm"] = st.grad_norm;
+        j["skipped"] = st.skipped;
+        j["tokens_per_s"] = tok_s;
+        j["ms_per_step"] = st.ms;
+        j["mfu"] = mfu;
+        j["mem_in_use"] = mem.in_use;
+        j["mem_reserved"] = mem.reserved;
+        j["mem_peak"] = mem.peak;
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
       const double eta = ema_ms / 1000.0 * static_cast<double>(tc.steps - step);
       char mfu_text[16] = "-";
       if (peak > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
@@ -647,10 +634,20 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       std::snprintf(line, sizeof line,
                     "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
                     static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s,
-                    ema_ms, mfu_text,
-                    human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(), human_duration(eta).c_str());
+                    ema_ms, mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(),
+                    human_duration(eta).c_str());
       if (live) std::fprintf(stderr, "\r\033[K%s", line), std::fflush(stderr);
       else spdlog::info("{}", line);
+    }
+
+    if (st.skipped && consecutive >= tc.max_consecutive_skips) {
+      clear_live();
+      auto kept = checkpoint_list(rc.out_dir);
+      spdlog::error("stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
+                    "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
+                    consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
+      result = RunResult::too_many_skips;
+      break;
     }
 
     if ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps) {
@@ -678,7 +675,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
 
     const bool stop = g_stop_signal != 0;
-    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps || stop) {
+    // No periodic checkpoint in the middle of a run of skipped updates: the newest one stays
+    // the last good state.
+    if ((((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps) && consecutive == 0) || stop) {
       clear_live();
       save_checkpoint();
     }

@@ -192,7 +192,7 @@ TEST_CASE("lm head cross-entropy f32: bit-identical reruns, close to f64", "[nn]
   CHECK(ops::max_rel_diff(a[2].to(DType::f64), r[2]) < 1e-5);
 }
 
-TEST_CASE("lm head cross-entropy bf16: f32 logits from bf16 operands", "[nn][cross_entropy]") {
+TEST_CASE("lm head cross-entropy bf16: f32 logits from bf16 operands, bf16 dlogits", "[nn][cross_entropy]") {
   const int64_t N = 21, d = 16, V = 40;
   const Tensor x = test::random_tensor({N, d}, 12, DType::bf16);
   const Tensor W = test::random_tensor({V, d}, 13, DType::bf16);
@@ -203,14 +203,16 @@ TEST_CASE("lm head cross-entropy bf16: f32 logits from bf16 operands", "[nn][cro
   Tensor loss = Tensor::zeros({}), dx, dW = Tensor::zeros({V, d});
   nn::lm_head_cross_entropy_backward(x, W, targets, args, loss, dx, dW);
   CHECK(dx.dtype() == DType::bf16);
-  // the same values in f64: the bf16 operands are exact there, only the f32 arithmetic and
-  // dx's final rounding to bf16 differ
+  // the same values in f64: the bf16 operands are exact there; the logits and loss differ by
+  // f32 rounding, dx and dW by dlogits' rounding to bf16 (2^-9 relative) and dx's own
+  // (measured: dW 7.7e-4, dx 3.0e-3; bf16's spacing is 2^-8 = 3.9e-3)
   const Tensor x64 = x.to(DType::f64), W64 = W.to(DType::f64);
   Tensor loss64 = Tensor::zeros({}, DType::f64), dx64, dW64 = Tensor::zeros({V, d}, DType::f64);
   nn::lm_head_cross_entropy_backward(x64, W64, targets, args, loss64, dx64, dW64);
   CHECK(std::fabs(loss.item() - loss64.item()) < 1e-6 * std::fabs(loss64.item()));
-  CHECK(ops::max_rel_diff(dW.to(DType::f64), dW64) < 1e-5);
+  CHECK(ops::max_rel_diff(dW.to(DType::f64), dW64) < 4e-3);
   CHECK(ops::max_rel_diff(dx.to(DType::f64), dx64) < 4e-3);
+  CHECK(ops::max_rel_diff(dW.to(DType::f64), dW64) > 0.0);
   Tensor eval = Tensor::zeros({});
   nn::lm_head_cross_entropy_forward(x, W, targets, args, eval);
   CHECK(eval.item() == loss.item());

@@ -74,9 +74,11 @@ TEST_CASE("cuda lm head cross-entropy matches the CPU", "[nn][cross_entropy][cud
     const Result g = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
     CHECK(g.dx.dtype() == dt);
     CHECK(g.loss.item() == Approx(c.loss.item()).epsilon(1e-6));
-    // bf16 dx: the f32 values may round to neighbouring bf16 values
-    CHECK(ops::max_rel_diff(g.dx, c.dx) < (dt == DType::f32 ? 1e-5 : 4e-3));
-    CHECK(ops::max_rel_diff(g.dW, c.dW) < 1e-5);
+    // bf16: dlogits (and dx) are rounded to bf16, and logits that differ in the last f32
+    // bit between cuBLAS and the CPU may round to neighbouring bf16 values (2^-8 apart)
+    const double grad_tol = dt == DType::f32 ? 1e-5 : 4e-3;
+    CHECK(ops::max_rel_diff(g.dx, c.dx) < grad_tol);
+    CHECK(ops::max_rel_diff(g.dW, c.dW) < grad_tol);
     const std::vector<double> cg = g.correct.to_vector(), cc = c.correct.to_vector();
     int mismatches = 0;
     for (size_t i = 0; i < cc.size(); ++i) mismatches += cg[i] != cc[i];
