@@ -46,8 +46,7 @@ struct BlockFns {
 BlockFns block_fns(Arch arch) {
   switch (arch) {
     case Arch::kda: return {kda_block_specs, kda_block_forward, kda_block_backward};
-    case Arch::rwkv6:
-      throw std::invalid_argument("model: arch rwkv6 is not available in this build yet (the RWKV6 block is not wired in)");
+    case Arch::rwkv6: return {rwkv6_block_specs, rwkv6_block_forward, rwkv6_block_backward};
   }
   throw std::invalid_argument("model: unknown arch");
 }
