@@ -5,6 +5,10 @@
                                                        # batch.safetensors, grads.safetensors
     python scripts/fla_equivalence.py dump/ [--device cpu|cuda]
 
+model-dump runs lintrain's step on the default device in fp32 (the fused kernels on a GPU), or
+with --dtype f64 in float64 on the CPU; the model defaults to the TARGETS one (d 768, 2 blocks,
+12 x 64, vocab 32000) at B 2, T 128, --arch rwkv6 for RWKV6.
+
 Loads model.safetensors into fla's KDAForCausalLM / RWKV6ForCausalLM (built from config.json),
 runs it in float64 with every Triton piece replaced by its pure-torch definition
 (shared/math/fla-reference.md: fla's "fp32" kernels run TF32 products and are not an exact

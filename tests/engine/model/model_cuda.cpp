@@ -1,7 +1,7 @@
-// The depth-2 model on CUDA against the CPU: one training step (forward, loss, backward) on
-// the same weights and batch. fp32: the CUDA step (fused KDA kernels, cuBLAS fp32 GEMMs)
-// against the CPU step (KDA ops path, f64-accumulating GEMMs); bf16 mode against the CUDA
-// fp32 step. Allocator poison on, so an unwritten element shows up as a NaN.
+// The depth-2 models (KDA, RWKV6) on CUDA against the CPU: one training step (forward, loss,
+// backward) on the same weights and batch. fp32: the CUDA step (fused mixer kernels, cuBLAS
+// fp32 GEMMs) against the CPU step (the mixers' ops paths, f64-accumulating GEMMs); bf16 mode
+// against the CUDA fp32 step. Allocator poison on, so an unwritten element shows up as a NaN.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -20,14 +20,14 @@ using namespace lt::model;
 
 namespace {
 
-ModelConfig cuda_config(Precision p) {
+ModelConfig cuda_config(Arch arch, Precision p) {
   ModelConfig c;
-  c.arch = Arch::kda;
+  c.arch = arch;
   c.vocab_size = 512;
   c.hidden_size = 128;
   c.num_layers = 2;
   c.num_heads = 2;
-  c.head_dim = 64;   // the fused kernels' head size
+  c.head_dim = 64;   // the fused kernels' head size (RWKV6: expand_k = 1)
   c.chunk = 64;
   c.precision = p;
   return c;
@@ -85,13 +85,11 @@ StepResult step(const ModelConfig& c, Device device, const Tensor& weights, cons
   return r;
 }
 
-}  // namespace
-
-TEST_CASE("model CUDA: fp32 and bf16 training steps against the CPU step", "[model][cuda]") {
+void check_cuda_steps(Arch arch) {
   lt::alloc::CachingAllocator& gpu_alloc = lt::alloc::cuda_allocator(0);
   const bool poison = gpu_alloc.poison();
   gpu_alloc.set_poison(true);
-  const ModelConfig c32 = cuda_config(Precision::fp32);
+  const ModelConfig c32 = cuda_config(arch, Precision::fp32);
   Tensor weights;
   {
     Model init(c32, Device::cpu());
@@ -105,13 +103,14 @@ TEST_CASE("model CUDA: fp32 and bf16 training steps against the CPU step", "[mod
 
   const StepResult cpu = step(c32, Device::cpu(), weights, tokens, targets, inv_count, 1);
   const StepResult gpu = step(c32, Device::cuda(0), weights, tokens, targets, inv_count, 3);
-  const StepResult bf16 = step(cuda_config(Precision::bf16), Device::cuda(0), weights, tokens, targets, inv_count, 2);
+  const StepResult bf16 = step(cuda_config(arch, Precision::bf16), Device::cuda(0), weights, tokens, targets, inv_count, 2);
   gpu_alloc.set_poison(poison);
 
   // fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 of its largest element.
   // bf16 (activations and GEMM operands rounded to 8 significant bits, fp32 accumulation):
   // loss to 1e-2 relative, gradients to 5e-2 of their largest element, against CUDA fp32.
-  std::printf("model CUDA step: loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", cpu.loss, gpu.loss, bf16.loss);
+  std::printf("model CUDA step (%s): loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", arch_name(arch), cpu.loss, gpu.loss,
+              bf16.loss);
   CHECK(std::fabs(gpu.loss - cpu.loss) < 1e-5 * std::fabs(cpu.loss));
   CHECK(std::fabs(bf16.loss - gpu.loss) < 1e-2 * std::fabs(gpu.loss));
   REQUIRE(gpu.grads.size() == cpu.grads.size());
@@ -131,4 +130,14 @@ TEST_CASE("model CUDA: fp32 and bf16 training steps against the CPU step", "[mod
   // Steps after the first are served by the caching allocator.
   CHECK(gpu.mallocs_after_first == 0);
   CHECK(bf16.mallocs_after_first == 0);
+}
+
+}  // namespace
+
+TEST_CASE("model CUDA: KDA fp32 and bf16 training steps against the CPU step", "[model][cuda]") {
+  check_cuda_steps(Arch::kda);
+}
+
+TEST_CASE("model CUDA: RWKV6 fp32 and bf16 training steps against the CPU step", "[model][cuda]") {
+  check_cuda_steps(Arch::rwkv6);
 }
