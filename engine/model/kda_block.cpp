@@ -64,11 +64,16 @@ Tensor& at(ParamMap& m, const std::string& name) {
   return it->second;
 }
 
+// "auto": the fused kernels on CUDA when they take the head dim (64 or 128), else the ops
+// path (small test and quick-start models on a GPU); the ops path on the CPU.
 mixers::KdaConfig kda_config(const ModelConfig& cfg, Device device) {
   mixers::KdaConfig k;
   k.chunk = cfg.chunk;
-  if (cfg.mixer_path == "auto") k.path = device.is_cuda() ? mixers::KdaPath::fused : mixers::KdaPath::ops;
-  else k.path = mixers::parse_kda_path(cfg.mixer_path);
+  const bool fused_dim = cfg.head_dim == 64 || cfg.head_dim == 128;
+  if (cfg.mixer_path == "auto")
+    k.path = device.is_cuda() && fused_dim ? mixers::KdaPath::fused : mixers::KdaPath::ops;
+  else
+    k.path = mixers::parse_kda_path(cfg.mixer_path);
   return k;
 }
 
