@@ -431,6 +431,13 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   } catch (const std::exception& e) {
     throw ConfigError(std::string("data: ") + e.what());
   }
+  if (resume_from) {
+    try {
+      train_loader->restore(resume_from->loop_state.at("data"));
+    } catch (const std::exception& e) {
+      throw ConfigError("checkpoint " + resume_from->dir + ": its data position does not fit this data: " + e.what());
+    }
+  }
 
   // The output folder must be writable before anything else happens in it.
   {
@@ -474,11 +481,6 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     skipped = s.at("skipped").get<int64_t>();
     consecutive = s.at("consecutive_skips").get<int64_t>();
     for (const auto& b : s.at("loss_window")) window.push_back(bits_double(b.get<uint64_t>()));
-    try {
-      train_loader->restore(s.at("data"));
-    } catch (const std::exception& e) {
-      throw ConfigError("checkpoint " + resume_from->dir + ": data position does not fit this data: " + e.what());
-    }
     metrics_truncate(metrics_path, step);
     spdlog::info("resumed from {} at step {} of {}", resume_from->dir, step, tc.steps);
   } else {
