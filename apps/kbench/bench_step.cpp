@@ -127,8 +127,14 @@ int run_step_bench(const StepOptions& o) {
   void* stream = device ? current_stream(dev).handle() : nullptr;
   alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
 
+  // The allocator's trace names the stage of every segment allocated after the first step
+  // (a steady-state step should allocate none).
+  const bool was_tracing = A.tracing();
+  A.set_trace(true);
+  A.set_step(1);
   step();  // first step: the caching allocator fills
   synchronize(dev);
+  A.set_step(2);
   const int64_t mallocs_after_first = A.stats().num_device_alloc;
   A.reset_peak_stats();
   const MultiTiming timing = time_regions(
@@ -141,6 +147,10 @@ int run_step_bench(const StepOptions& o) {
   synchronize(dev);
   const alloc::Stats st = A.stats();
   const int64_t mallocs_later = st.num_device_alloc - mallocs_after_first;
+  std::vector<alloc::TraceEvent> late_segments;
+  for (const alloc::TraceEvent& e : A.trace())
+    if (e.action == alloc::TraceAction::segment_alloc && e.step >= 2) late_segments.push_back(e);
+  A.set_trace(was_tracing);
   const std::vector<StageRow> atlas = time_stages(step, device ? 5 : 1, stream, device);
   double launches = 0;
   for (const StageRow& r : atlas) launches += r.launches_per_call;
@@ -165,6 +175,9 @@ int run_step_bench(const StepOptions& o) {
   std::printf("  peak in use %s, peak reserved %s; device mallocs after step 1: %lld\n",
               fmt_bytes(static_cast<double>(st.allocated_bytes.peak)).c_str(),
               fmt_bytes(static_cast<double>(st.reserved_bytes.peak)).c_str(), (long long)mallocs_later);
+  for (const alloc::TraceEvent& e : late_segments)
+    std::printf("    segment of %s allocated in stage '%s'\n", fmt_bytes(static_cast<double>(e.size)).c_str(),
+                e.stage.c_str());
 
   nlohmann::json j = {{"bench", "step"}, {"arch", o.arch}, {"precision", o.precision}, {"d", o.d},
                       {"layers", o.layers}, {"heads", o.heads}, {"head_dim", o.head_dim}, {"vocab", o.vocab},
