@@ -152,7 +152,7 @@ struct ForwardWorkspace {
 // tiles serve one backward, and the backward allocates no tile): the inter adjoint reads a
 // chunk's rows of W, U, sQ, Kbar and AqkT_dO before it writes that chunk's rows of X_w,
 // Delta, X_q, X_k and dDelta. Delta and X_k (= Delta S'^T) feed every gate gradient; they
-// are fp32 because in bf16 they were the two largest sources of error in dA_log, a per-head
+// are fp32 because in bf16 they are the two largest sources of error in dA_log, a per-head
 // sum of cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32 Kbar / X_k tile is
 // paid for by splitting the backward: Aqk is dead after aqk_dO, so the engine frees it before
 // it allocates the gradients (memory-neutral at C = D = 64).

@@ -4,13 +4,13 @@
 //                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
 // So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.
 //
-// A program sees: FusedArgs and its pass's workspace (ForwardWorkspace / BackwardWorkspace), a Blk, its block coordinates and a
-// float* to its shared memory. Blk provides: tid(); sync() (block barrier); warp_sum(v)
-// (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask) (the value of lane ^ mask);
-// fence() (device-scope fence of this thread's writes); arrive(counter) (atomic increment,
-// returns the old value); acquire() (fence before reading other blocks' published data);
-// load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch p's line into L2; no-op on the
-// CPU); mma_tf32 (one warp-wide m16n8k8 product).
+// A program sees: FusedArgs and its pass's workspace (ForwardWorkspace / BackwardWorkspace),
+// a Blk, its block coordinates and a float* to its shared memory. Blk provides: tid(); sync()
+// (block barrier); warp_sum(v) (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask)
+// (the value of lane ^ mask); fence() (device-scope fence of this thread's writes);
+// arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
+// other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
+// p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product).
 // Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
 // reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
 // global memory written by one block is read by another only across launches (or after
@@ -97,9 +97,9 @@ struct Cfg {
   static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
   static constexpr int SLICE = C * LS;
   static constexpr int CC = C * LC;
-  // inter (forward scan): V tiles of BV columns, NTHR_I threads. (BV = 8 doubled the blocks
-  // and was slower, 0.095 -> 0.169 ms at C = 32: every block loads the chunk's full C x D
-  // W / Qp / Kbar tiles, so more V tiles mean more per-chunk loads, ncu run 7.)
+  // inter (forward scan): V tiles of BV columns, NTHR_I threads. Not narrower: every block
+  // loads the chunk's full C x D W / Qp / Kbar tiles, so more V tiles mean more per-chunk
+  // loads (BV = 8 is slower: docs/notes-kda.md, "Measurements behind the kernel constants").
   static constexpr int BV = 16;
   static constexpr int NV = D / BV;
   static constexpr int LDA = D + 4;    // row stride of D-wide tiles read as mma A operands:
@@ -109,8 +109,8 @@ struct Cfg {
   static constexpr int NTHR_I = 128;
   // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
   // row blocks of RB rows, one 16x8 tile of the row-block products per warp. At D = 64 and
-  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps left the
-  // SM's schedulers idle: IPC 1.2, ncu run 7).
+  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps leave the
+  // SM's schedulers idle).
   static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
   static constexpr int NTHR_A = (RB / 16) * (D / 8) * 32;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
@@ -126,14 +126,13 @@ struct Cfg {
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
-  // more latency there (measured 0.92 -> 0.74 ms at B8 T512 H12 D64). At C <= 32 several
-  // 256-thread blocks fit per SM and 512 threads were slower (0.51 -> 0.67 ms at C = 32).
+  // more latency there. At C <= 32 several 256-thread blocks fit per SM and 256 threads are
+  // faster (both measured: docs/notes-kda.md, "Measurements behind the kernel constants").
   using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
   // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
-  // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel stalls on
-  // latency (wait / long scoreboard / barrier, ~20 % each, ncu run 7): 0.424 -> 0.345 ms.
-  // At C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills (ptxas -v: 96
-  // registers at 2 blocks, 80 at 3; 0.455 ms was measured at 2 blocks, 0.347 at 3).
+  // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel is bound by
+  // latency (wait / long scoreboard / barrier stalls), which more resident blocks hide.
+  // At C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills (ptxas -v).
   static constexpr int kIntraAdjMinBlocks = NTHR != 256 || D != 64 ? 1 : C == 32 ? 3 : 4;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
@@ -141,7 +140,7 @@ struct Cfg {
 // ---- scalar helpers ---------------------------------------------------------------------
 // 2^x in one MUFU.EX2 on the GPU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0).
 // exp2f wraps the same instruction in a subnormal range check and two predicated
-// multiplies: 4 instructions where this is 1 (ncu, docs/notes-kda.md, third session).
+// multiplies: 4 instructions where this is 1.
 KDA_DEV float exp2_fast(float x) {
 #if defined(__CUDA_ARCH__)
   float r;
@@ -262,11 +261,10 @@ KDA_DEV void st2(T* p, int64_t i, float v0, float v1) {
 // TF32 operand of a single-product mma: the fp32 bits plus half a TF32 ulp (0x1000). The
 // tensor core ignores the low 13 bits, so this is round-to-nearest (ties away from zero, as
 // cvt.rna) in one integer add; cvt.rna.tf32.f32 is emulated on sm_90 by a finiteness test,
-// a predicated add and a mask (3 instructions: 27 % of the inter adjoint's, ncu, third
-// session). Finite x only (an infinite operand reads as NaN; no product here sees one).
-// (Passing the raw fp32 bits, which the tensor core truncates, was tried in the second
-// session: truncation is biased toward zero, so its errors add up coherently in the
-// cancelling dA_log sum (CPU twin, seed 108: 6.3e-3 -> 2.6e-2). Operands are rounded.)
+// a predicated add and a mask (3 instructions). Finite x only (an infinite operand reads as
+// NaN; no product here sees one). Operands are rounded, not passed as raw fp32 bits for the
+// tensor core to truncate: truncation is biased toward zero, so its errors would add up
+// coherently in the cancelling dA_log sum (docs/notes-kda.md, "Measurements behind the kernel constants").
 KDA_DEV uint32_t tf32_op(float x) { return float_bits(x) + 0x1000u; }
 // The TF32 value itself (low 13 bits zero), for the hi part of a 3xTF32 split.
 KDA_DEV uint32_t tf32_round(float x) { return tf32_op(x) & 0xffffe000u; }
@@ -348,7 +346,8 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
 // A finish that also takes (r, c, v0, v1), the adjacent columns c and c + 1 of one row, is
 // called that way on the tensor-core path (an mma C fragment holds such pairs), so that a
 // store to global memory goes out as one 32-bit (bf16) or 64-bit (fp32) store: per-element
-// 2-byte stores stalled the scans (the inter adjoint went 0.162 -> 0.138 ms with pairs).
+// 2-byte stores stall the scans (measured: docs/notes-kda.md, "Measurements behind the
+// kernel constants").
 template <class... F>
 struct Overload : F... {
   using F::operator()...;
@@ -452,8 +451,7 @@ KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at,
 
 // Where chunk n of sequence (b, h) lives. The int64 bases are computed once per block, so
 // the per-element index is one multiply-add: Dims::NT() is an int64 division (a long
-// software sequence on the GPU) and was 12 % of the intra kernel's instructions when it was
-// evaluated per element (ncu, docs/notes-kda.md run 6).
+// software sequence on the GPU), too costly to evaluate per element.
 struct ChunkPos {
   int64_t b, h, bh, n, t0;
   int L;              // valid rows
@@ -492,9 +490,10 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
 // Column work on a slice [C][LS] (KS = 32 columns) is spread over all warps: a column is
 // covered by kLanes = 8 lanes holding kRows = C / 8 consecutive rows each, so a warp covers
 // kCols = 4 columns at once and the KS columns take kPasses = 8 warp passes (one per warp at
-// 256 threads). The dependent chain is kRows adds and 3 shuffles; a thread per column walking
-// all C rows (the first form) was a C-long chain with 7 of 8 warps idle, and one warp per
-// column (32 lanes, 4 passes per warp) measured slower still (third session).
+// 256 threads). The dependent chain is kRows adds and 3 shuffles, where a thread per column
+// walking all C rows would be a C-long chain with 7 of 8 warps idle (one warp per column,
+// 32 lanes and 4 passes per warp, is slower than both: docs/notes-kda.md, "Measurements
+// behind the kernel constants").
 template <class G>
 struct ColLanes {
   static constexpr int kLanes = 8;                  // lanes per column
@@ -550,8 +549,7 @@ KDA_DEV void add_row_sums(Blk& blk, float* dst, F f) {
 }
 
 // Asks L2 for every 128-byte line of the chunk's rows of the arrays a program will read, at
-// its start: the loads of each later phase then wait on L2 instead of DRAM (the consumers of
-// global loads were 17-23 % of the chunk programs' stall samples, ncu, third session).
+// its start: the loads of each later phase then wait on L2 instead of DRAM.
 // Ranges are dealt to consecutive threads, continuing where the previous range stopped.
 template <int NTHR>
 struct L2Prefetch {
@@ -734,8 +732,8 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
   constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
   // Diagonal sub-blocks: only the kPairs pairs s <= r of each are enumerated, and each pair's
   // KS columns are split over kSplitC adjacent lanes (combined by shuffles), so that the
-  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square left 47 % of them idle
-  // on s > r; this loop was 18 % of the intra kernel's instructions, ncu run 6).
+  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square leaves 47 % of them
+  // idle on s > r).
   constexpr int kPairs = kSub * (kSub + 1) / 2;
   constexpr int kSplitC = G::C == 16 ? 4 : 2, KC = KS / kSplitC;
   constexpr int kItems = G::NB * kPairs * kSplitC;
@@ -1243,8 +1241,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 
   // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
   // step ahead, while the previous step computes; they do not depend on S', so only the
-  // smem stores wait. (Loading at the start of each step put a global round trip on the
-  // scan's critical path: 24 % long-scoreboard stalls, ncu run 7.)
+  // smem stores wait. (Loading at the start of each step would put a global round trip on
+  // the scan's critical path.)
   static_assert(NT_ >= D, "one gamma per thread");
   constexpr int MS = D * D / NT_, MR = RB * D / NT_;
   float pS[MS], pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;

@@ -316,7 +316,8 @@ void check_fused_args(const FusedArgs& a, BackwardPart part) {
 
 void check_workspace(const ForwardWorkspace& ws) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: forward workspace " + what); };
-  if (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.Aqk || !ws.gamma) fail("saved tile missing (W, U, sQ, Kbar, Aqk or gamma)");
+  if (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.Aqk || !ws.gamma)
+    fail("saved tile missing (W, U, sQ, Kbar, Aqk or gamma)");
   if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 

@@ -41,10 +41,10 @@ struct CudaBlk {
   }
 };
 
-// One thin wrapper per program, on purpose: a shared template with an explicit
-// __launch_bounds__(NTHR, 1) compiled the intra program to 104 registers where
-// __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and the intra kernel went from
-// 0.152 to 0.212 ms on the H200 (docs/notes-kda.md, second session).
+// One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared
+// template with an explicit __launch_bounds__(NTHR, 1) compiles the intra program to 104
+// registers where __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and is slower
+// (docs/notes-kda.md, "Measurements behind the kernel constants").
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
