@@ -10,7 +10,7 @@
 // Gradients: dq, dk (through the L2 norm), dv, df, db, dA_log, ddt_bias, dh0; an optional
 // dht (gradient of the final state) is accepted.
 //
-// Three implementations (docs/notes-kda.md has the derivations and the measurements):
+// Three implementations (derivations: docs/MATH.md §1; measurements: docs/notes-kda.md):
 //   naive_*       the recurrence above on the CPU, Real = double (ground truth) or float;
 //                 backward by BPTT over stored states.
 //   fused_* (CPU) the CPU twins of the fused CUDA kernels: the *same* block programs
