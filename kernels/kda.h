@@ -166,7 +166,7 @@ struct BackwardWorkspace {
   const float* gamma = nullptr;  // [B, H, NT, D] fp32
   // aqk_dO -> inter adjoint
   void* AqkT_dO = nullptr;       // [B, H, Tp, D] dtype  A_qk^T dO
-  // inter adjoint -> intra adjoint          (may alias)
+  // inter adjoint -> intra adjoint; last column: the input buffer each may alias
   void* Xw = nullptr;            // [B, H, Tp, D] dtype  X_w = dDelta S^T       W
   float* Delta = nullptr;        // [B, H, Tp, D] fp32   Delta = U - W S        U
   void* Xq = nullptr;            // [B, H, Tp, D] dtype  X_q = dO S^T           sQ
