@@ -131,7 +131,7 @@ TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", 
       const double e = rel_err_l2(*g.grad, fd);
       std::printf("[kda] naive vs finite differences (%s, seed %llu): %s rel err %.2e\n",
                   lb ? "lower-bound gate" : "default gate", (unsigned long long)seed, g.name, e);
-      INFO(g.name << " seed " << seed);
+      INFO(g.name << " seed " << seed << replay_hint());
       CHECK(e < 1e-7);
     }
   }
@@ -192,7 +192,7 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
     std::printf("[kda] twin vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted);
+    INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
 }

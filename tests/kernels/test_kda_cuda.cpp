@@ -169,7 +169,7 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
     const Gated gt = gate_errors(e, e32, tol);
     std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
     (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) = std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
-    INFO(c.name() << " seed " << s << e.str() << gt.adapted);
+    INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
   std::printf("[kda] cuda fused vs naive: worst f32 %.2e (tol 1e-5), worst bf16 %.2e (tol 1e-2), seed %llu\n",

@@ -28,6 +28,9 @@ inline uint64_t test_seed() {
   }();
   return seed;
 }
+// Appended to failure messages: the per-case seeds printed by the tests are derived from
+// test_seed(); this is the value that replays the run.
+inline std::string replay_hint() { return " (replay: LINTRAIN_TEST_SEED=" + std::to_string(test_seed()) + ")"; }
 
 struct Case {
   Dims dims;

@@ -46,7 +46,7 @@ TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]")
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
     std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted);
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
 }
