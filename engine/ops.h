@@ -93,16 +93,30 @@ Tensor cumsum(const Tensor& x, int64_t d, bool reverse = false);
 //   a: [..., M, K] ([..., K, M] with trans_a);  b: [..., K, N] ([..., N, K] with trans_b)
 // Leading (batch) dims: equal in a and b, or one operand is 2-D and is reused for every
 // batch (e.g. x[B,T,D] @ W[D,E]). No other broadcasting.
-// Dtypes: f32 (CUDA: cublasSgemmStridedBatched, fp32 accumulation, no TF32), f64 (CUDA:
-// cublasDgemmStridedBatched), bf16 and f16 (CUDA: cublasGemmStridedBatchedEx, fp32 compute;
-// output in the input dtype). The CPU loops accumulate in f64 for every dtype, then round.
+// Dtypes: f32 (CUDA: cublasSgemmStridedBatched, fp32 accumulation, no TF32 unless
+// set_matmul_tf32(true)), f64 (CUDA: cublasDgemmStridedBatched), bf16 and f16 (CUDA:
+// cublasGemmStridedBatchedEx, fp32 compute; output in the input dtype, or in f32 where an
+// f32 output is asked for: the mixed-precision GEMM, no rounding of the fp32 sum to bf16).
+// The CPU loops accumulate in f64 for every dtype, then round once to the output dtype.
 // Strides: operands whose last two dims are row-major or column-major with a uniform
 // batch stride are used in place; others are copied to contiguous first (transparent).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// out = alpha * op(A) op(B) + beta * out. out: contiguous [..., M, N], same dtype.
-// beta = 1 accumulates (dW += x^T dy). With beta == 0 out's old contents are ignored.
+// The same with the output dtype chosen: a's dtype, or f32 for bf16 / f16 operands (fp32
+// logits straight from bf16 activations: matmul(x, W, false, true, DType::f32)).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype);
+// out = alpha * op(A) op(B) + beta * out. out: contiguous [..., M, N], in a's dtype or, for
+// bf16 / f16 operands, f32 (mixed precision: out read and written in f32, fp32
+// accumulation). beta = 1 accumulates (dW += x^T dy, an f32 dW from bf16 x and dy).
+// With beta == 0 out's old contents are ignored.
 void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false,
                 bool trans_b = false, double alpha = 1.0, double beta = 0.0);
+// TF32 for f32 GEMMs, process-wide (default off; read at each matmul call). On: f32
+// operands are rounded to TF32 (10-bit mantissa) and multiplied with fp32 accumulation
+// (CUDA: CUBLAS_COMPUTE_32F_FAST_TF32 tensor cores; CPU: emulated by rounding each operand
+// element to nearest TF32, ties away from zero, then the usual f64 accumulation). CPU and
+// CUDA then agree to TF32's precision (~1e-3 relative), not to fp32's. Other dtypes ignore it.
+void set_matmul_tf32(bool enabled);
+bool matmul_tf32();
 
 // ---- triangular (float dtypes) ---------------------------------------------------------
 // Over the last two dims [..., R, C]: tril keeps x[..., i, j] iff j - i <= diagonal,

@@ -3,6 +3,7 @@
 // row stride; then it is the transpose of a row-major matrix and the trans flag flips),
 // and its batch dims collapse into one uniform stride (stride 0 for a shared 2-D operand
 // or an expanded batch). Anything else is copied to a contiguous tensor first.
+#include <atomic>
 #include <stdexcept>
 
 #include "engine/detail.h"
@@ -10,6 +11,8 @@
 
 namespace lt::ops {
 namespace {
+
+std::atomic<bool> g_matmul_tf32{false};
 
 struct MatrixOperand {
   Tensor t;              // keeps a copy alive when one was made
@@ -129,11 +132,25 @@ void run_matmul(const Plan& pl, Tensor& out, const Tensor& a, const Tensor& b, b
   p.stride_c = pl.M * pl.N;
   p.alpha = alpha;
   p.beta = beta;
+  p.out_dtype = out.dtype();
+  p.tf32 = a.dtype() == DType::f32 && matmul_tf32();
   detail::Exec ex(out.device());
-  ex.k.matmul(out.dtype(), p, ex.stream);
+  ex.k.matmul(a.dtype(), p, ex.stream);
+}
+
+// out's dtype: the operands', or f32 for bf16 / f16 operands.
+void check_out_dtype(DType out, DType operands, const char* name) {
+  const bool half = operands == DType::bf16 || operands == DType::f16;
+  if (out != operands && !(half && out == DType::f32))
+    throw std::invalid_argument(std::string(name) + ": output dtype " + dtype_name(out) + " for " +
+                                dtype_name(operands) + " operands (must be " + dtype_name(operands) +
+                                (half ? " or f32)" : ")"));
 }
 
 }  // namespace
+
+void set_matmul_tf32(bool enabled) { g_matmul_tf32.store(enabled, std::memory_order_relaxed); }
+bool matmul_tf32() { return g_matmul_tf32.load(std::memory_order_relaxed); }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const Plan pl = plan_matmul(a, b, trans_a, trans_b, "matmul");
@@ -142,11 +159,19 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype) {
+  const Plan pl = plan_matmul(a, b, trans_a, trans_b, "matmul");
+  check_out_dtype(out_dtype, a.dtype(), "matmul");
+  Tensor out = Tensor::empty(pl.out_shape, out_dtype, a.device());
+  run_matmul(pl, out, a, b, trans_a, trans_b, 1.0, 0.0);
+  return out;
+}
+
 void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha,
                 double beta) {
   const Plan pl = plan_matmul(a, b, trans_a, trans_b, "matmul_out");
   detail::check_same_device(out, a, "matmul_out");
-  detail::check_same_dtype(out, a, "matmul_out");
+  check_out_dtype(out.dtype(), a.dtype(), "matmul_out");
   if (out.shape() != pl.out_shape || !out.is_contiguous())
     throw std::invalid_argument("matmul_out: out must be contiguous " + shape_str(pl.out_shape) + ", got " +
                                 shape_str(out.shape()) + (out.is_contiguous() ? "" : " (strided)"));

@@ -36,7 +36,7 @@
 // Gradient outputs are written (=), never accumulated; du is a deterministic sum of
 // per-chunk partials du_part [B, NT, H, D].
 //
-// Tensor-core variant (Variant::kTensorCore; the CUDA path for bf16 inputs at chunk 32 / 64;
+// Tensor-core variant (Variant::tensor_core; the CUDA path for bf16 inputs at chunk 32 / 64;
 // docs/notes-rwkv6.md "Tensor-core version"). Same gates (fp32, exact chunk-local cumsum;
 // here Ge_r = Gi_{r-1}, Ge_0 = 0, the stored previous row), same block factorisation, but
 // every GEMM-shaped product runs on bf16 operands with fp32 accumulation (R(x) = x rounded
@@ -63,6 +63,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/dtype.h"
 
@@ -90,61 +91,65 @@ void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, c
 // Backward by the reverse recurrence (stores every state of one (b, h) at a time).
 template <class F>
 void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                    const F* u, const F* h0, const F* dout, const F* dht, F* dr, F* dk, F* dv,
+                    const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv,
                     F* dw, F* du, F* dh0);
 
 // ---------------------------------------------------------------------------------------
 // 2. CPU twins of the fused CUDA stages (same factorisation, same stage boundaries).
 //    fwd:  chunk_state_scan (h [B,H,NT,D,D], ht)  ->  chunk_output (o)
 //    bwd:  chunk_state_scan (h) + chunk_dstate_scan (dh [B,H,NT,D,D], dh0)
-//          -> chunk_bwd(kFused)                                       (fused backward)
-//          or chunk_bwd(kIntra) -> dq_tmp, dk_tmp fp32 -> chunk_bwd(kInter)   (fallback)
+//          -> chunk_bwd(all)                                          (fused backward)
+//          or chunk_bwd(intra) -> dq_tmp, dk_tmp fp32 -> chunk_bwd(inter)    (fallback)
 //          -> du_reduce
-enum class BwdPart : int { kFused = 0, kIntra = 1, kInter = 2 };
-// kSimt: the fp32 algebra above (the CUDA path for fp32, and for bf16 at chunk 16).
-// kTensorCore: the bf16-operand algebra of the tensor-core kernels (top comment).
-enum class Variant : int { kSimt = 0, kTensorCore = 1 };
+enum class BackwardPart : int { all = 0, intra = 1, inter = 2 };
+// simt: the fp32 algebra above (the CUDA path for fp32, and for bf16 at chunk 16).
+// tensor_core: the bf16-operand algebra of the tensor-core kernels (top comment).
+enum class Variant : int { simt = 0, tensor_core = 1 };
+// The two backward implementations (CUDA and CPU twins alike); a config names one
+// (kbench rwkv6 --pick-backward times both on a shape and prints the winner).
+enum class BwdImpl : int {
+  fused = 0,     // scans | fused chunk kernel (part all) | du reduce                (3 launches)
+  fallback = 1,  // scans | intra (fp32 dq'/dk' out) | inter (reads them) | du reduce (4)
+};
+const char* bwd_impl_name(BwdImpl impl);           // "fused" | "fallback"
+BwdImpl parse_bwd_impl(const std::string& name);   // throws std::invalid_argument naming it
 
 template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
-                      Variant var = Variant::kSimt);
+                      Variant var = Variant::simt);
 template <class F>
-void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
-                       const F* dht, F* dh, F* dh0, Variant var = Variant::kSimt);
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO,
+                       const F* dht, F* dh, F* dh0, Variant var = Variant::simt);
 template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, F* o, Variant var = Variant::kSimt);
-// kFused: writes dr, dk, dv, dw, du_part.  kIntra: writes only the intra-chunk parts of
-// dq', dk' to dq_tmp, dk_tmp (tensor-core variant: and dw's intra part to dw).  kInter: reads dq_tmp, dk_tmp, writes dr, dk, dv, dw, du_part.
+                  const F* u, const F* h, F* o, Variant var = Variant::simt);
+// all: writes dr, dk, dv, dw, du_part.  intra: writes only the intra-chunk parts of dq', dk'
+// to dq_tmp, dk_tmp (tensor-core variant: and dw's intra part to dw).  inter: reads dq_tmp,
+// dk_tmp, writes dr, dk, dv, dw, du_part.
 template <class F>
-void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
-               const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
-               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var = Variant::kSimt);
+void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v,
+               const F* w, const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp,
+               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var = Variant::simt);
 template <class F>
 void du_reduce(const Dims& d, const F* du_part, F* du);
 
 // Convenience: the whole chunked forward / backward through the twins (scratch inside).
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                       const F* u, const F* h0, F* o, F* ht, Variant var = Variant::kSimt);
+                       const F* u, const F* h0, F* o, F* ht, Variant var = Variant::simt);
 template <class F>
-void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
-                        const F* w, const F* u, const F* h0, const F* dout, const F* dht,
-                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var = Variant::kSimt);
+void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v,
+                        const F* w, const F* u, const F* h0, const F* dO, const F* dht,
+                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var = Variant::simt);
 
 // ---------------------------------------------------------------------------------------
 // 3. CUDA (kernels/cuda/rwkv6.cu). Raw device pointers; every buffer below comes from the
 //    caller (the Tensor-level API takes them from the CUDA caching allocator).
 //    Requires D % 64 == 0 (64, 128, 256 tested), chunk in {16, 32, 64}, dtype f32 or bf16
-//    for r, k, v, w, o, dout and the token gradients; u, du, states fp32.
-enum class BwdImpl : int {
-  kFused = 0,     // scans | fused chunk kernel | du reduce              (3 launches)
-  kFallback = 1,  // scans | intra (fp32 dq/dk out) | inter (reads them) | du reduce (4)
-};
-
-struct CudaArgs {
+//    for r, k, v, w, o, dO and the token gradients; u, du, states fp32.
+struct FusedArgs {
   Dims dims;
-  DType dtype = DType::f32;   // of r, k, v, w, o, dout, dr, dk, dv, dw
+  DType dtype = DType::f32;   // of r, k, v, w, o, dO, dr, dk, dv, dw
   float scale = 1.0f;
   // forward inputs / outputs
   const void* r = nullptr;    // [B,T,H,D]
@@ -156,7 +161,7 @@ struct CudaArgs {
   void* o = nullptr;          // [B,T,H,D]
   float* ht = nullptr;        // [B,H,D,D] or nullptr
   // backward inputs / outputs
-  const void* dout = nullptr;  // [B,T,H,D]
+  const void* dO = nullptr;    // [B,T,H,D]
   const float* dht = nullptr;  // [B,H,D,D] or nullptr
   void* dr = nullptr;          // [B,T,H,D]
   void* dk = nullptr;          // [B,T,H,D]
@@ -172,9 +177,10 @@ struct CudaArgs {
   float* dk_tmp = nullptr;     // [B,T,H,D] fallback only: intra dk'
 };
 
-// Which kernels run: the tensor-core kernels (Variant::kTensorCore) for bf16 at chunk 32 or
+// Which kernels run: the tensor-core kernels (Variant::tensor_core) for bf16 at chunk 32 or
 // 64, the SIMT fp32 kernels otherwise (fp32 inputs: the exact path; bf16 at chunk 16).
-// The environment variable LT_RWKV6_KERNELS=simt forces the SIMT kernels for bf16 too.
+// The environment variable LINTRAIN_RWKV6_KERNELS=simt (read in kernels/cuda/rwkv6.cu, once
+// per process) forces the SIMT kernels for bf16 too.
 bool cuda_uses_tensor_cores(const Dims& d, DType dtype);
 
 // Scratch bytes: forward needs h; backward needs h, dh, du_part (+ dq_tmp, dk_tmp for the
@@ -183,13 +189,13 @@ size_t cuda_scratch_bytes_forward(const Dims& d);
 size_t cuda_scratch_bytes_backward(const Dims& d, BwdImpl impl);
 
 // Checks dims/dtype/pointers; throws std::invalid_argument with the reason.
-void cuda_check_args(const CudaArgs& a, bool backward, BwdImpl impl);
+void cuda_check_args(const FusedArgs& a, bool backward, BwdImpl impl);
 
 // 2 launches: state scan (writes h, ht) | chunk output (o).
-void cuda_forward(const CudaArgs& a, void* stream);
+void cuda_forward(const FusedArgs& a, void* stream);
 // h_is_valid: a.h already holds the forward's states (kept from forward): the scan launch
 // then runs only the reverse dh scan. Otherwise both scans run in one launch.
 // Fused: 3 launches, fallback: 4.
-void cuda_backward(const CudaArgs& a, BwdImpl impl, bool h_is_valid, void* stream);
+void cuda_backward(const FusedArgs& a, BwdImpl impl, bool h_is_valid, void* stream);
 
 }  // namespace lt::rwkv6

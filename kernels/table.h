@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/adamw.h"
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
 #include "kernels/op_lists.h"
@@ -53,8 +54,13 @@ struct ScanParams {
 // Row-major: C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b], C[b] is M x N with row
 // stride ldc. op(A)[m, k] = trans_a ? a[k * lda + m] : a[m * lda + k] (same for B with
 // K x N). Batch b starts at a + b * stride_a (stride 0 reuses one matrix). beta == 0
-// ignores C's old contents (NaN-safe).
+// ignores C's old contents (NaN-safe). The kernel's DType is the operands' (A and B);
+// out_dtype is C's: the operands' dtype, or f32 for bf16 / f16 operands (mixed precision:
+// fp32 accumulation, C read and written in f32). tf32 (f32 operands only): operands rounded
+// to TF32 (10-bit mantissa) before the fp32-accumulated products.
 struct MatmulParams {
+  DType out_dtype = DType::f32;
+  bool tf32 = false;
   int64_t batch = 1, M = 0, N = 0, K = 0;
   const void* a = nullptr;
   int64_t lda = 0, stride_a = 0;
@@ -114,9 +120,30 @@ using ConvertKernel = void(DType out, DType in, const IterParams&, uintptr_t str
 using ReduceKernel = void(ReduceOp, DType, const ReduceParams&, uintptr_t stream);
 using ScanKernel = void(DType, const ScanParams&, uintptr_t stream);
 using MatmulKernel = void(DType, const MatmulParams&, uintptr_t stream);
+// DType: the arenas' (params, grads, moments; f32 or f64). kernels/adamw.h.
+using AdamWKernel = void(AdamWOp, DType, const AdamWParams&, uintptr_t stream);
 using TriMaskKernel = void(DType, const TriMaskParams&, uintptr_t stream);
 using TrisolveKernel = void(DType, const TrisolveParams&, uintptr_t stream);
 using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stream);
+// Layer families: params in their own headers (kernels/embedding.h, kernels/activation.h,
+// kernels/cross_entropy.h), declared here so the table needs no more than their names.
+enum class EmbeddingPass : uint8_t;
+struct EmbeddingParams;
+using EmbeddingKernel = void(EmbeddingPass, const EmbeddingParams&, uintptr_t stream);
+enum class ActivationOp : uint8_t;
+struct ActivationParams;
+using ActivationKernel = void(ActivationOp, DType, const ActivationParams&, uintptr_t stream);
+struct CrossEntropyParams;
+// dtype: the logits' dtype.
+using CrossEntropyKernel = void(DType, const CrossEntropyParams&, uintptr_t stream);
+// Row norms (kernels/norm.h): dtype is x's; weights and statistics in its compute type.
+enum class NormPass : uint8_t;
+struct NormParams;
+using NormKernel = void(NormPass, DType, const NormParams&, uintptr_t stream);
+// Causal depthwise short conv (kernels/conv.h): dtype is x's; w in its compute type.
+enum class ConvPass : uint8_t;
+struct ConvParams;
+using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -129,9 +156,15 @@ using RandomKernel = void(RandomKind, DType, const RandomParams&, uintptr_t stre
   X(reduce, ReduceKernel)     \
   X(cumsum, ScanKernel)       \
   X(matmul, MatmulKernel)     \
+  X(adamw, AdamWKernel)       \
   X(tri_mask, TriMaskKernel)  \
   X(trisolve, TrisolveKernel) \
-  X(random, RandomKernel)
+  X(random, RandomKernel)     \
+  X(embedding, EmbeddingKernel) \
+  X(activation, ActivationKernel) \
+  X(cross_entropy, CrossEntropyKernel) \
+  X(norm, NormKernel)         \
+  X(conv, ConvKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;

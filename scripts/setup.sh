@@ -5,6 +5,7 @@
 #   bash scripts/setup.sh --test          ... then run the test suite (ctest)
 #   bash scripts/setup.sh --sanitize --test   CPU-only ASan+UBSan build in build-asan/, then its tests
 #   bash scripts/setup.sh --bench         ... then run the benchmark suite (scripts/bench.sh)
+#   bash scripts/setup.sh --train         ... then train configs/quick.json (CUDA if present, else CPU)
 #
 # Idempotent: packages already installed are not touched; an existing build is reused.
 # Packages come from Debian only (plus the CUDA toolkit when present: nvcc on PATH or in
@@ -13,12 +14,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-run_tests=0; sanitize=0; bench=0; jobs=$(nproc 2>/dev/null || echo 2)
+run_tests=0; sanitize=0; bench=0; train=0; jobs=$(nproc 2>/dev/null || echo 2)
 for arg in "$@"; do
   case "$arg" in
     --test) run_tests=1 ;;
     --sanitize) sanitize=1 ;;
     --bench) bench=1 ;;
+    --train) train=1 ;;
     -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
@@ -59,4 +61,7 @@ if [ $run_tests -eq 1 ]; then
 fi
 if [ $bench -eq 1 ]; then
   bash scripts/bench.sh "$build"
+fi
+if [ $train -eq 1 ]; then
+  "$build/apps/trainer" --config configs/quick.json
 fi

@@ -269,6 +269,13 @@ std::string device_description(bool device) {
   return "CPU";
 }
 
+DType parse_bench_dtype(const std::string& command, const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
+  if (s == "fp64" || s == "f64") return DType::f64;
+  throw std::invalid_argument("kbench " + command + ": --dtype must be bf16, fp32 or fp64, got '" + s + "'");
+}
+
 std::string today_utc() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

@@ -11,6 +11,9 @@
 //   PeakMeter m(allocator); ...work...; m.extra_peak_bytes()
 //     extra peak = allocator's allocated_bytes peak during the region minus the in-use
 //     bytes at its start (peak stats reset at the start; the device synchronised on both ends).
+//   DType dt = parse_bench_dtype("rwkv6", "bf16");
+//     --dtype values: bf16 | bfloat16, fp32 | f32 | float32, fp64 | f64; an error names the
+//     command and the value.
 //   Floors f{bytes, flops}; f.floor_ms(bw, rate)
 //     the larger of bytes / copy bandwidth and flops / arithmetic rate; achieved fraction =
 //     floor / measured.
@@ -21,6 +24,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "kernels/dtype.h"
 
 namespace lt::alloc {
 class CachingAllocator;
@@ -107,6 +112,9 @@ struct Floors {
 inline constexpr double kH200CopyBytesPerS = 4.3e12;
 inline constexpr double kH200Bf16FlopsPerS = 790e12;
 inline constexpr double kH200Fp32FlopsPerS = 67e12;
+
+// The --dtype flag of the mixer benches; throws std::invalid_argument naming `command` and s.
+DType parse_bench_dtype(const std::string& command, const std::string& s);
 
 std::string device_description(bool device);
 std::string today_utc();  // YYYY-MM-DD

@@ -46,13 +46,6 @@ struct KdaBenchOptions {
   std::string json_path;
 };
 
-DType parse_bench_dtype(const std::string& s) {
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
-  if (s == "fp64" || s == "f64") return DType::f64;
-  throw std::invalid_argument("kbench kda: --dtype must be bf16 or fp32, got '" + s + "'");
-}
-
 struct InputSet {
   Tensor q, k, v, f, b, dO;
 };
@@ -63,7 +56,7 @@ int run_kda_bench(const KdaBenchOptions& o) {
     throw std::invalid_argument("kbench kda: --D must be 64 or 128, got " + std::to_string(o.D));
   if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
     throw std::invalid_argument("kbench kda: --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
-  const DType dt = parse_bench_dtype(o.dtype);
+  const DType dt = parse_bench_dtype("kda", o.dtype);
   const bool device = cuda_available();
   const Device dev = device ? Device::cuda(0) : Device::cpu();
   mixers::KdaConfig cfg;

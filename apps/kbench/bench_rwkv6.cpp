@@ -1,8 +1,12 @@
 // kbench rwkv6: the RWKV6 token mixer, forward + backward, through engine/mixers/rwkv6.h.
 //
 //   kbench rwkv6 --B 8 --T 512 --H 12 --D 64 --dtype bf16 [--chunk 64]
-//                [--path fused|fallback|ops|autotune] [--keep-states] [--scale S]
+//                [--path fused|ops] [--backward fused|fallback | --pick-backward] [--scale S]
 //                [--iters 200] [--warmup 20] [--sets 4] [--json FILE]
+//
+// --pick-backward measures the fused path twice, with each backward implementation
+// (Rwkv6Config::backward = fused, then fallback), prints both and the winner by backward
+// median: the value a config names for this shape (the mixer never times anything itself).
 //
 // Prints forward, backward and total medians (CUDA events, --iters iterations after
 // --warmup, rotating among --sets input sets so the inputs do not sit in L2), p10 / p90,
@@ -16,13 +20,17 @@
 //           each), backward counted as 2x forward; over the bf16 tensor rate (bf16) or the
 //           fp32 SIMT rate (fp32); the fp32 SIMT floor is printed too (the fp32 path and bf16
 //           at chunk 16 run SIMT kernels; bf16 at chunk 32 / 64 the tensor-core kernels)
-// and the achieved fraction floor / measured. LT_RWKV6_KERNELS=simt forces the SIMT kernels.
+// and the achieved fraction floor / measured. LINTRAIN_RWKV6_KERNELS=simt forces the SIMT
+// kernels (kernels/rwkv6.h).
+// The fused path's forward keeps the chunk states for the backward (engine/mixers/rwkv6.h):
+// the backward's scan launch runs the reverse scan only.
 // Inputs as fla's tests draw them: r, k, v, dO ~ N(0, 1), w = logsigmoid(N(0, 1)),
 // u ~ N(0, 1) (fp32), no initial state; scale 1 as in the fla model (--scale to change).
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allocator/caching_allocator.h"
@@ -43,19 +51,14 @@ struct Rwkv6BenchOptions {
   int chunk = 64;
   std::string dtype = "bf16";
   std::string path = "fused";
-  bool keep_states = false;
+  std::string backward = "fused";
+  bool pick_backward = false;
   double scale = 1.0;
   int iters = 200;
   int warmup = 20;
   int sets = 4;
   std::string json_path;
 };
-
-DType parse_bench_dtype(const std::string& s) {
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
-  throw std::invalid_argument("kbench rwkv6: --dtype must be bf16 or fp32, got '" + s + "'");
-}
 
 struct InputSet {
   Tensor r, k, v, w, dO;
@@ -67,19 +70,25 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
     throw std::invalid_argument("kbench rwkv6: --D must be 64, 128 or 256, got " + std::to_string(o.D));
   if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
     throw std::invalid_argument("kbench rwkv6: --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
-  const DType dt = parse_bench_dtype(o.dtype);
+  const DType dt = parse_bench_dtype("rwkv6", o.dtype);
+  mixers::Rwkv6Config cfg;
+  cfg.chunk = o.chunk;
+  cfg.path = mixers::parse_rwkv6_path(o.path);
+  cfg.scale = o.scale;
+  cfg.backward = rwkv6::parse_bwd_impl(o.backward);
+  if (cfg.path == mixers::Rwkv6Path::naive)
+    throw std::invalid_argument("kbench rwkv6: --path must be fused or ops (naive is the tests' reference)");
+  if (dt == DType::f64 && cfg.path != mixers::Rwkv6Path::ops)
+    throw std::invalid_argument("kbench rwkv6: --dtype fp64 runs on the ops path only (--path ops)");
+  if (o.pick_backward && cfg.path != mixers::Rwkv6Path::fused)
+    throw std::invalid_argument("kbench rwkv6: --pick-backward times the fused path's backwards (--path fused)");
   const bool device = cuda_available();
   const Device dev = device ? Device::cuda(0) : Device::cpu();
-  mixers::Rwkv6Options opt;
-  opt.chunk = o.chunk;
-  opt.path = mixers::parse_rwkv6_path(o.path);
-  opt.scale = o.scale;
-  opt.keep_states = o.keep_states;
   nlohmann::json j = {{"bench", "rwkv6"}, {"B", o.B}, {"T", o.T}, {"H", o.H}, {"D", o.D},
                       {"dtype", dtype_name(dt)}, {"chunk", o.chunk}, {"path", o.path},
-                      {"keep_states", o.keep_states}, {"scale", o.scale},
+                      {"backward", o.pick_backward ? std::string("pick") : o.backward}, {"scale", o.scale},
                       {"date", today_utc()}, {"device", device_description(device)}};
-  if (!device && opt.path != mixers::Rwkv6Path::ops) {
+  if (!device && cfg.path != mixers::Rwkv6Path::ops) {
     std::printf("kbench rwkv6: no CUDA device; the %s path runs on the GPU in a benchmark "
                 "(its CPU twins are for tests). Nothing measured.\n", o.path.c_str());
     j["skipped"] = "no CUDA device";
@@ -108,36 +117,56 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
   const Tensor u = randn({o.H, o.D}, DType::f32);
   void* stream = device ? current_stream(dev).handle() : nullptr;
 
-  auto call = [&](int i, const MarkFn& mark) {
-    const InputSet& s = sets[static_cast<size_t>(i) % sets.size()];
-    mark(0);
-    mixers::Rwkv6Out out;
-    {
-      StageScope st("fwd/rwkv6");
-      out = mixers::rwkv6_forward(s.r, s.k, s.v, s.w, u, Tensor(), opt);
-    }
-    mark(1);
-    {
-      StageScope st("bwd/rwkv6");
-      mixers::Rwkv6Grads g = mixers::rwkv6_backward(s.r, s.k, s.v, s.w, u, Tensor(), s.dO, Tensor(), opt, out.h);
-    }
-    mark(2);
+  auto measure = [&](const mixers::Rwkv6Config& c) {
+    auto call = [&](int i, const MarkFn& mark) {
+      const InputSet& s = sets[static_cast<size_t>(i) % sets.size()];
+      mark(0);
+      mixers::Rwkv6Output out;
+      {
+        StageScope st("fwd/rwkv6");
+        out = mixers::rwkv6_forward({s.r, s.k, s.v, s.w, u, Tensor()}, c);
+      }
+      mark(1);
+      {
+        StageScope st("bwd/rwkv6");
+        mixers::Rwkv6Grads g = mixers::rwkv6_backward(std::move(out.saved), s.dO);
+      }
+      mark(2);
+    };
+    TimingOptions topt;
+    topt.iters = iters;
+    topt.warmup = warmup;
+    return measure_fwd_bwd(call, topt, stream, device);
   };
 
-  // Autotune measures on first sight of the shape: do it before anything is timed.
-  if (opt.path == mixers::Rwkv6Path::autotune) {
-    const auto choice = mixers::rwkv6_autotune_choice(sets[0].r, sets[0].k, sets[0].v, sets[0].w, u, Tensor(),
-                                                      sets[0].dO, Tensor(), opt);
-    j["autotune_choice"] = choice == rwkv6::BwdImpl::kFused ? "fused" : "fallback";
-    std::printf("kbench rwkv6: autotune picked the %s backward for this shape\n",
-                choice == rwkv6::BwdImpl::kFused ? "fused" : "fallback");
+  if (o.pick_backward) {
+    mixers::Rwkv6Config cf = cfg, cb = cfg;
+    cf.backward = rwkv6::BwdImpl::fused;
+    cb.backward = rwkv6::BwdImpl::fallback;
+    const FwdBwdFigures ff = measure(cf), fb = measure(cb);
+    std::printf("kbench rwkv6 --pick-backward  B %lld T %lld H %lld D %d  %s  chunk %d  (%s, %s)\n", (long long)o.B,
+                (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, device_description(device).c_str(),
+                today_utc().c_str());
+    std::printf("  backward fused:\n");
+    ff.print(iters, warmup, sets.size());
+    std::printf("  backward fallback:\n");
+    fb.print(iters, warmup, sets.size());
+    const double mf = ff.t.regions[1].median_ms, mb = fb.t.regions[1].median_ms;
+    const rwkv6::BwdImpl win = mb < mf ? rwkv6::BwdImpl::fallback : rwkv6::BwdImpl::fused;
+    std::printf("  backward medians: fused %.4f ms, fallback %.4f ms -> winner: %s "
+                "(Rwkv6Config::backward = %s; kbench rwkv6 --backward %s)\n",
+                mf, mb, rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win));
+    nlohmann::json jf, jb;
+    ff.add_json(jf);
+    fb.add_json(jb);
+    j["fused"] = jf;
+    j["fallback"] = jb;
+    j["winner"] = rwkv6::bwd_impl_name(win);
+    write_json(o.json_path, j);
+    return 0;
   }
-  TimingOptions topt;
-  topt.iters = iters;
-  topt.warmup = warmup;
-  const FwdBwdFigures fig = measure_fwd_bwd(call, topt, stream, device);
+  const FwdBwdFigures fig = measure(cfg);
   const MultiTiming& t = fig.t;
-
   const double es = static_cast<double>(dtype_size(dt));
   const double tokens = static_cast<double>(o.B * o.T * o.H);
   Floors fl;
@@ -153,12 +182,12 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
 #else
   const bool tc = false;
 #endif
-  const char* kernels = opt.path == mixers::Rwkv6Path::ops ? "engine ops" : tc ? "tensor-core" : "SIMT";
+  const char* kernels = cfg.path == mixers::Rwkv6Path::ops ? "engine ops" : tc ? "tensor-core" : "SIMT";
   j["kernels"] = kernels;
-  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  %s kernels  scale %g  (%s, %s)\n",
+  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s  backward %s  %s kernels  scale %g  "
+              "(%s, %s)\n",
               (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
-              o.keep_states ? " (states kept)" : "", kernels, o.scale, device_description(device).c_str(),
-              today_utc().c_str());
+              o.backward.c_str(), kernels, o.scale, device_description(device).c_str(), today_utc().c_str());
   fig.print(iters, warmup, sets.size());
   std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
               "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
@@ -182,8 +211,11 @@ void setup_rwkv6(CLI::App& sub, std::function<int()>& run) {
   sub.add_option("--D", o->D, "head dim (K = V = D; fused/fallback: a multiple of 64)")->check(CLI::PositiveNumber);
   sub.add_option("--dtype", o->dtype, "bf16 | fp32");
   sub.add_option("--chunk", o->chunk, "chunk length: 16, 32, 64")->check(CLI::PositiveNumber);
-  sub.add_option("--path", o->path, "fused | fallback | ops | autotune");
-  sub.add_flag("--keep-states", o->keep_states, "backward reuses the forward's chunk states (no recompute)");
+  sub.add_option("--path", o->path, "fused | ops");
+  auto* bwd = sub.add_option("--backward", o->backward, "fused path's backward: fused | fallback");
+  sub.add_flag("--pick-backward", o->pick_backward,
+               "time both backward implementations and print the winner a config can name")
+      ->excludes(bwd);
   sub.add_option("--scale", o->scale, "output scale (fla model: 1)")->check(CLI::PositiveNumber);
   sub.add_option("--iters", o->iters, "timed iterations")->check(CLI::PositiveNumber);
   sub.add_option("--warmup", o->warmup, "warm-up iterations");

@@ -2,14 +2,10 @@
 // the naive recurrence, the CPU twins and the CUDA kernels. See engine/mixers/rwkv6.h.
 #include "engine/mixers/rwkv6.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <stdexcept>
-#include <tuple>
+#include <string>
 #include <vector>
 
 #include "engine/device.h"
@@ -17,16 +13,26 @@
 
 namespace lt::mixers {
 
-namespace {
-
 using rwkv6::BwdImpl;
 using rwkv6::Dims;
+
+// Saved state of one forward call.
+struct Rwkv6Saved {
+  Rwkv6Config cfg;
+  Rwkv6Inputs in;  // the caller's tensors (refcounted); CUDA fused: contiguous, u and h0 f32
+  Dims dims;
+  double scale = 1.0;
+  DType u_dtype = DType::f32;  // the caller's u: du leaves in this dtype
+  Tensor h;        // CUDA fused: [B,H,NT,D,D] f32, the state entering each chunk
+};
+
+namespace {
 
 [[noreturn]] void fail(const std::string& why) { throw std::invalid_argument("rwkv6: " + why); }
 
 // Shape checks shared by every path; returns the dims.
-Dims check_inputs(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                  const Tensor& h0, const Rwkv6Options& opt) {
+Dims check_inputs(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
+  const Tensor &r = in.r, &k = in.k, &v = in.v, &w = in.w, &u = in.u, &h0 = in.h0;
   if (!r.defined() || !k.defined() || !v.defined() || !w.defined() || !u.defined()) fail("r, k, v, w, u are required");
   if (r.dim() != 4) fail("r must be [B, T, H, D], got " + shape_str(r.shape()));
   for (const Tensor* t : {&k, &v, &w})
@@ -34,17 +40,24 @@ Dims check_inputs(const Tensor& r, const Tensor& k, const Tensor& v, const Tenso
   for (const Tensor* t : {&k, &v, &w})
     if (t->dtype() != r.dtype() || !(t->device() == r.device())) fail("r, k, v, w must share dtype and device");
   if (!is_floating(r.dtype())) fail("inputs must be a float dtype");
-  Dims d{r.size(0), r.size(1), r.size(2), r.size(3), opt.chunk};
-  if (opt.chunk != 16 && opt.chunk != 32 && opt.chunk != 64) fail("chunk must be 16, 32 or 64");
+  Dims d{r.size(0), r.size(1), r.size(2), r.size(3), cfg.chunk};
+  if (cfg.path == Rwkv6Path::fused && cfg.chunk != 16 && cfg.chunk != 32 && cfg.chunk != 64)
+    fail("the fused path's chunk must be 16, 32 or 64, got " + std::to_string(cfg.chunk));
+  if (cfg.chunk < 1) fail("chunk must be >= 1, got " + std::to_string(cfg.chunk));
   if (u.shape() != Shape{d.H, d.D}) fail("u must be [H, D] = " + shape_str({d.H, d.D}) + ", got " + shape_str(u.shape()));
+  if (!(u.device() == r.device())) fail("u must be on r's device");
   if (h0.defined() && h0.shape() != Shape{d.B, d.H, d.D, d.D})
-    fail("h0 must be [B, H, D, D], got " + shape_str(h0.shape()));
+    fail("h0 must be [B, H, D, D] = " + shape_str({d.B, d.H, d.D, d.D}) + ", got " + shape_str(h0.shape()));
+  if (h0.defined() && !(h0.device() == r.device())) fail("h0 must be on r's device");
   return d;
 }
 
-double scale_of(const Dims& d, const Rwkv6Options& opt) {
-  return opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.D));
+double scale_of(const Dims& d, const Rwkv6Config& cfg) {
+  return cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(d.D));
 }
+
+// The dtype of states (ht, dh0) and of the ops path's arithmetic: f64 for f64 inputs, else f32.
+DType state_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
 // ---------------------------------------------------------------------------------------
 // Ops path helpers. Chunked layout [B, H, NT, C, D] in the compute dtype ct.
@@ -113,26 +126,23 @@ OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, c
   return c;
 }
 
-DType compute_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
-
-Rwkv6Out ops_forward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                     const Tensor& h0, const Dims& d, double scale) {
-  const DType ct = compute_dtype(r);
-  OpsChunk c = ops_forward_chunks(r, k, v, w, u, h0, d, scale, ct);
+Rwkv6Output ops_forward(const Rwkv6Inputs& in, const Dims& d, double scale, bool want_ht) {
+  const DType ct = state_dtype(in.r);
+  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale, ct);
   Tensor O = ops::matmul(c.q * ops::exp(c.ge), c.h) * scale + ops::matmul(c.A, c.v);
-  Rwkv6Out out;
-  out.o = from_chunks(O, d.T, r.dtype());
-  out.ht = ops::convert(c.ht, DType::f32);
+  Rwkv6Output out;
+  out.o = from_chunks(O, d.T, in.r.dtype());
+  if (want_ht) out.ht = c.ht;
   return out;
 }
 
-Rwkv6Grads ops_backward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                        const Tensor& h0, const Tensor& dout, const Tensor& dht, const Dims& d, double scale) {
-  const DType ct = compute_dtype(r);
+Rwkv6Grads ops_backward(const Rwkv6Inputs& in, const Tensor& dO_tokens, const Tensor& dht, const Dims& d,
+                        double scale) {
+  const DType ct = state_dtype(in.r);
   const int64_t C = d.chunk, NT = d.num_chunks();
-  const Device dev = r.device();
-  OpsChunk c = ops_forward_chunks(r, k, v, w, u, h0, d, scale, ct);
-  Tensor dO = to_chunks(dout, C, ct);
+  const Device dev = in.r.device();
+  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale, ct);
+  Tensor dO = to_chunks(dO_tokens, C, ct);
   Tensor dP = ops::tril(ops::matmul(dO, c.v, false, true), 0) * scale;  // [B,H,NT,C,C]
   // Reverse scan: dh[n] = gradient of the state leaving chunk n.
   Tensor G = ops::matmul(c.q * ops::exp(c.ge) * scale, dO, true, false);  // [B,H,NT,D,D]
@@ -158,12 +168,12 @@ Rwkv6Grads ops_backward(const Tensor& r, const Tensor& k, const Tensor& v, const
   Tensor dk = dk_ + pd * c.ub * c.q;
   Tensor du = ops::sum(ops::sum(ops::sum(pd * c.q * c.k, 3), 2), 0);  // [H,D]
   Rwkv6Grads g;
-  g.dr = from_chunks(dq, d.T, r.dtype());
-  g.dk = from_chunks(dk, d.T, r.dtype());
-  g.dv = from_chunks(dV, d.T, r.dtype());
-  g.dw = from_chunks(dw, d.T, r.dtype());
-  g.du = ops::convert(du, u.dtype());
-  g.dh0 = ops::convert(Sp, DType::f32);
+  g.dr = from_chunks(dq, d.T, in.r.dtype());
+  g.dk = from_chunks(dk, d.T, in.r.dtype());
+  g.dv = from_chunks(dV, d.T, in.r.dtype());
+  g.dw = from_chunks(dw, d.T, in.r.dtype());
+  g.du = ops::convert(du, in.u.dtype());
+  if (in.h0.defined()) g.dh0 = Sp;
   return g;
 }
 
@@ -171,7 +181,7 @@ Rwkv6Grads ops_backward(const Tensor& r, const Tensor& k, const Tensor& v, const
 // Naive recurrence and CPU twins: host vectors in double (naive) or F (twins).
 template <class F>
 std::vector<F> host(const Tensor& x) {
-  std::vector<double> v = x.to_vector();
+  std::vector<double> v = x.contiguous().to_vector();
   return std::vector<F>(v.begin(), v.end());
 }
 template <class F>
@@ -180,160 +190,127 @@ Tensor tensor_of(const std::vector<F>& v, const Shape& shape, DType dtype, Devic
 }
 
 template <class F>
-Rwkv6Out cpu_forward(bool naive, const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                     const Tensor& u, const Tensor& h0, const Dims& d, double scale) {
-  auto R = host<F>(r), K = host<F>(k), V = host<F>(v), W = host<F>(w), U = host<F>(u);
-  std::vector<F> H0 = h0.defined() ? host<F>(h0) : std::vector<F>();
+Rwkv6Output cpu_forward(bool naive, const Rwkv6Inputs& in, const Dims& d, double scale, bool want_ht) {
+  auto R = host<F>(in.r), K = host<F>(in.k), V = host<F>(in.v), W = host<F>(in.w), U = host<F>(in.u);
+  std::vector<F> H0 = in.h0.defined() ? host<F>(in.h0) : std::vector<F>();
   std::vector<F> o(d.tokens_numel()), ht(d.state_numel());
-  const F* h0p = h0.defined() ? H0.data() : nullptr;
+  const F* h0p = in.h0.defined() ? H0.data() : nullptr;
+  const F sc = static_cast<F>(scale);
   if (naive)
-    rwkv6::naive_forward<F>(d, static_cast<F>(scale), R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+    rwkv6::naive_forward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
   else
-    rwkv6::chunk_forward_cpu<F>(d, static_cast<F>(scale), R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(),
-                                ht.data());
-  Rwkv6Out out;
-  out.o = tensor_of(o, r.shape(), r.dtype(), r.device());
-  out.ht = tensor_of(ht, {d.B, d.H, d.D, d.D}, DType::f32, r.device());
+    rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+  Rwkv6Output out;
+  out.o = tensor_of(o, in.r.shape(), in.r.dtype(), in.r.device());
+  if (want_ht) out.ht = tensor_of(ht, {d.B, d.H, d.D, d.D}, state_dtype(in.r), in.r.device());
   return out;
 }
 
 template <class F>
-Rwkv6Grads cpu_backward(bool naive, bool fused, const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                        const Tensor& u, const Tensor& h0, const Tensor& dout, const Tensor& dht, const Dims& d,
-                        double scale) {
-  auto R = host<F>(r), K = host<F>(k), V = host<F>(v), W = host<F>(w), U = host<F>(u), dO = host<F>(dout);
-  std::vector<F> H0 = h0.defined() ? host<F>(h0) : std::vector<F>();
+Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const Tensor& dO, const Tensor& dht,
+                        const Dims& d, double scale) {
+  auto R = host<F>(in.r), K = host<F>(in.k), V = host<F>(in.v), W = host<F>(in.w), U = host<F>(in.u),
+       DO = host<F>(dO);
+  std::vector<F> H0 = in.h0.defined() ? host<F>(in.h0) : std::vector<F>();
   std::vector<F> DHT = dht.defined() ? host<F>(dht) : std::vector<F>();
-  const F* h0p = h0.defined() ? H0.data() : nullptr;
+  const F* h0p = in.h0.defined() ? H0.data() : nullptr;
   const F* dhtp = dht.defined() ? DHT.data() : nullptr;
+  const F sc = static_cast<F>(scale);
   const int64_t n = d.tokens_numel();
   std::vector<F> dr(n), dk(n), dv(n), dw(n), du(d.H * d.D), dh0(d.state_numel());
   if (naive)
-    rwkv6::naive_backward<F>(d, static_cast<F>(scale), R.data(), K.data(), V.data(), W.data(), U.data(), h0p, dO.data(),
-                             dhtp, dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+    rwkv6::naive_backward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp,
+                             dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
   else
-    rwkv6::chunk_backward_cpu<F>(d, fused, static_cast<F>(scale), R.data(), K.data(), V.data(), W.data(), U.data(), h0p,
-                                 dO.data(), dhtp, dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+    rwkv6::chunk_backward_cpu<F>(d, impl, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(),
+                                 dhtp, dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
   Rwkv6Grads g;
-  const Device dev = r.device();
-  g.dr = tensor_of(dr, r.shape(), r.dtype(), dev);
-  g.dk = tensor_of(dk, r.shape(), r.dtype(), dev);
-  g.dv = tensor_of(dv, r.shape(), r.dtype(), dev);
-  g.dw = tensor_of(dw, r.shape(), r.dtype(), dev);
-  g.du = tensor_of(du, u.shape(), u.dtype(), dev);
-  g.dh0 = tensor_of(dh0, {d.B, d.H, d.D, d.D}, DType::f32, dev);
+  const Device dev = in.r.device();
+  g.dr = tensor_of(dr, in.r.shape(), in.r.dtype(), dev);
+  g.dk = tensor_of(dk, in.r.shape(), in.r.dtype(), dev);
+  g.dv = tensor_of(dv, in.r.shape(), in.r.dtype(), dev);
+  g.dw = tensor_of(dw, in.r.shape(), in.r.dtype(), dev);
+  g.du = tensor_of(du, in.u.shape(), in.u.dtype(), dev);
+  if (in.h0.defined()) g.dh0 = tensor_of(dh0, {d.B, d.H, d.D, d.D}, state_dtype(in.r), dev);
   return g;
 }
 
 // ---------------------------------------------------------------------------------------
 // CUDA: raw kernels, every buffer a Tensor from the caching allocator.
 #if LINTRAIN_WITH_CUDA
-rwkv6::CudaArgs cuda_inputs(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u32,
-                            const Tensor& h0, const Dims& d, double scale) {
-  if (r.dtype() != DType::f32 && r.dtype() != DType::bf16) fail("the CUDA kernels take f32 or bf16 (use the ops path)");
-  if (d.D % 64 != 0) fail("the CUDA kernels need D % 64 == 0, got " + std::to_string(d.D));
-  rwkv6::CudaArgs a;
+// The inputs as the kernels take them: contiguous; u and h0 f32.
+Rwkv6Inputs cuda_prepare(const Rwkv6Inputs& in, const Dims& d) {
+  if (in.r.dtype() != DType::f32 && in.r.dtype() != DType::bf16)
+    fail("the fused CUDA path takes f32 or bf16, got " + std::string(dtype_name(in.r.dtype())) + " (use the ops path)");
+  if (d.D % 64 != 0) fail("the fused CUDA path needs D % 64 == 0, got D = " + std::to_string(d.D) + " (use the ops path)");
+  Rwkv6Inputs c;
+  c.r = in.r.contiguous(), c.k = in.k.contiguous(), c.v = in.v.contiguous(), c.w = in.w.contiguous();
+  c.u = in.u.to(DType::f32).contiguous();
+  if (in.h0.defined()) c.h0 = in.h0.to(DType::f32).contiguous();
+  return c;
+}
+
+rwkv6::FusedArgs cuda_args(const Rwkv6Inputs& c, const Dims& d, double scale) {
+  rwkv6::FusedArgs a;
   a.dims = d;
-  a.dtype = r.dtype();
+  a.dtype = c.r.dtype();
   a.scale = static_cast<float>(scale);
-  a.r = r.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.w = w.data_ptr();
-  a.u = u32.data<float>();
-  a.h0 = h0.defined() ? h0.data<float>() : nullptr;
+  a.r = c.r.data_ptr(), a.k = c.k.data_ptr(), a.v = c.v.data_ptr(), a.w = c.w.data_ptr();
+  a.u = c.u.data<float>();
+  a.h0 = c.h0.defined() ? c.h0.data<float>() : nullptr;
   return a;
 }
 
-struct CudaIn {
-  Tensor r, k, v, w, u, h0, dout, dht;  // contiguous; u, h0, dht fp32
-};
-CudaIn cuda_prepare(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                    const Tensor& h0, const Tensor& dout, const Tensor& dht) {
-  CudaIn in;
-  in.r = r.contiguous(), in.k = k.contiguous(), in.v = v.contiguous(), in.w = w.contiguous();
-  in.u = u.to(DType::f32).contiguous();
-  if (h0.defined()) in.h0 = h0.to(DType::f32).contiguous();
-  if (dout.defined()) in.dout = dout.to(r.dtype()).contiguous();
-  if (dht.defined()) in.dht = dht.to(DType::f32).contiguous();
-  return in;
-}
-
-Rwkv6Out cuda_forward(const CudaIn& in, const Dims& d, double scale, bool keep_states) {
-  const Device dev = in.r.device();
-  rwkv6::CudaArgs a = cuda_inputs(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale);
-  Rwkv6Out out;
-  out.o = Tensor::empty(in.r.shape(), in.r.dtype(), dev);
-  out.ht = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
-  Tensor h = Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
-  a.o = out.o.data_ptr(), a.ht = out.ht.data<float>(), a.h = h.data<float>();
+Rwkv6Output cuda_forward(Rwkv6Saved& sv, bool want_ht) {
+  const Dims& d = sv.dims;
+  const Device dev = sv.in.r.device();
+  rwkv6::FusedArgs a = cuda_args(sv.in, d, sv.scale);
+  Rwkv6Output out;
+  out.o = Tensor::empty(sv.in.r.shape(), sv.in.r.dtype(), dev);
+  if (want_ht) out.ht = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
+  sv.h = Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
+  a.o = out.o.data_ptr();
+  a.ht = want_ht ? out.ht.data<float>() : nullptr;
+  a.h = sv.h.data<float>();
   rwkv6::cuda_forward(a, current_stream(dev).handle());
-  if (keep_states) out.h = h;
   return out;
 }
 
-Rwkv6Grads cuda_backward(const CudaIn& in, const Tensor& u_orig, const Dims& d, double scale, BwdImpl impl,
-                         const Tensor& saved_h) {
+Rwkv6Grads cuda_backward(const Rwkv6Saved& sv, const Tensor& dO_in, const Tensor& dht_in) {
+  const Dims& d = sv.dims;
+  const Rwkv6Inputs& in = sv.in;
   const Device dev = in.r.device();
-  rwkv6::CudaArgs a = cuda_inputs(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale);
-  a.dout = in.dout.data_ptr();
-  a.dht = in.dht.defined() ? in.dht.data<float>() : nullptr;
+  const BwdImpl impl = sv.cfg.backward;
+  const Tensor dO = dO_in.to(in.r.dtype()).contiguous();
+  const Tensor dht = dht_in.defined() ? dht_in.to(DType::f32).contiguous() : Tensor();
+  rwkv6::FusedArgs a = cuda_args(in, d, sv.scale);
+  a.dO = dO.data_ptr();
+  a.dht = dht.defined() ? dht.data<float>() : nullptr;
   Rwkv6Grads g;
   g.dr = Tensor::empty(in.r.shape(), in.r.dtype(), dev);
   g.dk = Tensor::empty(in.r.shape(), in.r.dtype(), dev);
   g.dv = Tensor::empty(in.r.shape(), in.r.dtype(), dev);
   g.dw = Tensor::empty(in.r.shape(), in.r.dtype(), dev);
   Tensor du = Tensor::empty({d.H, d.D}, DType::f32, dev);
-  g.dh0 = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
-  const bool h_valid = saved_h.defined();
-  if (h_valid && (saved_h.shape() != Shape{d.B, d.H, d.num_chunks(), d.D, d.D} || saved_h.dtype() != DType::f32 ||
-                  !saved_h.is_contiguous()))
-    fail("saved_h must be the forward's contiguous fp32 [B, H, NT, D, D] states");
-  // Scratch (all from the caching allocator; freed when these Tensors go out of scope).
-  Tensor h = h_valid ? saved_h : Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
+  if (in.h0.defined()) g.dh0 = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
+  // Scratch (from the caching allocator; freed when these Tensors go out of scope).
   Tensor dh = Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
   Tensor du_part = Tensor::empty({d.B, d.num_chunks(), d.H, d.D}, DType::f32, dev);
   Tensor dq_tmp, dk_tmp;
-  if (impl == BwdImpl::kFallback) {
+  if (impl == BwdImpl::fallback) {
     dq_tmp = Tensor::empty(in.r.shape(), DType::f32, dev);
     dk_tmp = Tensor::empty(in.r.shape(), DType::f32, dev);
     a.dq_tmp = dq_tmp.data<float>(), a.dk_tmp = dk_tmp.data<float>();
   }
   a.dr = g.dr.data_ptr(), a.dk = g.dk.data_ptr(), a.dv = g.dv.data_ptr(), a.dw = g.dw.data_ptr();
-  a.du = du.data<float>(), a.dh0 = g.dh0.data<float>();
-  a.h = h.data<float>(), a.dh = dh.data<float>(), a.du_part = du_part.data<float>();
-  rwkv6::cuda_backward(a, impl, h_valid, current_stream(dev).handle());
-  g.du = u_orig.dtype() == DType::f32 ? du : du.to(u_orig.dtype());
+  a.du = du.data<float>();
+  a.dh0 = in.h0.defined() ? g.dh0.data<float>() : nullptr;
+  // h: the forward's states, read (not rewritten) by the reverse-scan-only backward.
+  a.h = const_cast<float*>(sv.h.data<float>());
+  a.dh = dh.data<float>(), a.du_part = du_part.data<float>();
+  rwkv6::cuda_backward(a, impl, /*h_is_valid=*/true, current_stream(dev).handle());
+  g.du = sv.u_dtype == DType::f32 ? du : du.to(sv.u_dtype);
   return g;
-}
-
-using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
-std::mutex g_autotune_mutex;
-std::map<ShapeKey, BwdImpl> g_autotune;
-
-BwdImpl autotune(const CudaIn& in, const Tensor& u, const Dims& d, double scale, const Tensor& saved_h) {
-  const ShapeKey key{d.B, d.T, d.H, d.D, d.chunk, static_cast<int>(in.r.dtype()), saved_h.defined() ? 1 : 0};
-  {
-    std::lock_guard<std::mutex> lock(g_autotune_mutex);
-    auto it = g_autotune.find(key);
-    if (it != g_autotune.end()) return it->second;
-  }
-  const Device dev = in.r.device();
-  auto time_of = [&](BwdImpl impl) {
-    cuda_backward(in, u, d, scale, impl, saved_h);  // warm-up (and module load)
-    std::vector<double> t;
-    for (int i = 0; i < 5; ++i) {
-      synchronize(dev);
-      const auto t0 = std::chrono::steady_clock::now();
-      cuda_backward(in, u, d, scale, impl, saved_h);
-      synchronize(dev);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
-  const double fused = time_of(BwdImpl::kFused), fallback = time_of(BwdImpl::kFallback);
-  const BwdImpl best = fallback < fused ? BwdImpl::kFallback : BwdImpl::kFused;
-  std::lock_guard<std::mutex> lock(g_autotune_mutex);
-  g_autotune[key] = best;
-  return best;
 }
 #endif
 
@@ -344,75 +321,67 @@ const char* rwkv6_path_name(Rwkv6Path p) {
     case Rwkv6Path::naive: return "naive";
     case Rwkv6Path::ops: return "ops";
     case Rwkv6Path::fused: return "fused";
-    case Rwkv6Path::fallback: return "fallback";
-    case Rwkv6Path::autotune: return "autotune";
   }
   return "?";
 }
 
 Rwkv6Path parse_rwkv6_path(const std::string& name) {
-  for (Rwkv6Path p : {Rwkv6Path::naive, Rwkv6Path::ops, Rwkv6Path::fused, Rwkv6Path::fallback, Rwkv6Path::autotune})
+  for (Rwkv6Path p : {Rwkv6Path::naive, Rwkv6Path::ops, Rwkv6Path::fused})
     if (name == rwkv6_path_name(p)) return p;
-  throw std::invalid_argument("rwkv6: unknown path '" + name + "' (naive, ops, fused, fallback, autotune)");
+  throw std::invalid_argument("rwkv6: unknown path '" + name + "' (naive | ops | fused)");
 }
 
-Rwkv6Out rwkv6_forward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                       const Tensor& h0, const Rwkv6Options& opt) {
-  const Dims d = check_inputs(r, k, v, w, u, h0, opt);
-  const double scale = scale_of(d, opt);
-  if (opt.path == Rwkv6Path::ops) return ops_forward(r, k, v, w, u, h0, d, scale);
-  if (opt.path == Rwkv6Path::naive) {
-    if (!r.device().is_cpu()) fail("the naive path runs on the CPU only");
-    return cpu_forward<double>(true, r, k, v, w, u, h0, d, scale);
-  }
-  if (r.device().is_cpu())
-    return r.dtype() == DType::f64 ? cpu_forward<double>(false, r, k, v, w, u, h0, d, scale)
-                                   : cpu_forward<float>(false, r, k, v, w, u, h0, d, scale);
+Rwkv6Output rwkv6_forward(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
+  const Dims d = check_inputs(in, cfg);
+  auto sv = std::make_shared<Rwkv6Saved>();
+  sv->cfg = cfg;
+  sv->in = in;
+  sv->dims = d;
+  sv->scale = scale_of(d, cfg);
+  sv->u_dtype = in.u.dtype();
+  const bool want_ht = cfg.output_final_state;
+  Rwkv6Output out;
+  if (cfg.path == Rwkv6Path::ops) {
+    out = ops_forward(in, d, sv->scale, want_ht);
+  } else if (cfg.path == Rwkv6Path::naive) {
+    if (!in.r.device().is_cpu()) fail("the naive path runs on the CPU only");
+    out = cpu_forward<double>(true, in, d, sv->scale, want_ht);
+  } else if (in.r.device().is_cpu()) {
+    if (in.r.dtype() == DType::bf16) fail("the fused path's CPU twins take f32 or f64 (use the ops path for bf16)");
+    out = in.r.dtype() == DType::f64 ? cpu_forward<double>(false, in, d, sv->scale, want_ht)
+                                     : cpu_forward<float>(false, in, d, sv->scale, want_ht);
+  } else {
 #if LINTRAIN_WITH_CUDA
-  CudaIn in = cuda_prepare(r, k, v, w, u, h0, Tensor(), Tensor());
-  return cuda_forward(in, d, scale, opt.keep_states);
+    sv->in = cuda_prepare(in, d);
+    out = cuda_forward(*sv, want_ht);
 #else
-  fail("CUDA tensors in a build without CUDA");
+    fail("CUDA tensors in a build without CUDA");
 #endif
+  }
+  out.saved = std::move(sv);
+  return out;
 }
 
-Rwkv6Grads rwkv6_backward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                          const Tensor& h0, const Tensor& dout, const Tensor& dht, const Rwkv6Options& opt,
-                          const Tensor& saved_h) {
-  const Dims d = check_inputs(r, k, v, w, u, h0, opt);
-  if (!dout.defined() || dout.shape() != r.shape()) fail("dout must have r's shape");
-  if (dht.defined() && dht.shape() != Shape{d.B, d.H, d.D, d.D}) fail("dht must be [B, H, D, D]");
-  const double scale = scale_of(d, opt);
-  if (opt.path == Rwkv6Path::ops) return ops_backward(r, k, v, w, u, h0, dout.to(r.dtype()), dht, d, scale);
-  if (opt.path == Rwkv6Path::naive) {
-    if (!r.device().is_cpu()) fail("the naive path runs on the CPU only");
-    return cpu_backward<double>(true, true, r, k, v, w, u, h0, dout, dht, d, scale);
-  }
-  if (r.device().is_cpu()) {
-    const bool fused = opt.path != Rwkv6Path::fallback;
-    return r.dtype() == DType::f64 ? cpu_backward<double>(false, fused, r, k, v, w, u, h0, dout, dht, d, scale)
-                                   : cpu_backward<float>(false, fused, r, k, v, w, u, h0, dout, dht, d, scale);
-  }
+Rwkv6Grads rwkv6_backward(std::shared_ptr<Rwkv6Saved> saved, const Tensor& dO, const Tensor& dht) {
+  if (!saved) throw std::invalid_argument("rwkv6_backward: no saved state (forward not run, or moved from)");
+  const Rwkv6Saved& sv = *saved;
+  const Dims& d = sv.dims;
+  if (!dO.defined() || dO.shape() != sv.in.r.shape())
+    throw std::invalid_argument("rwkv6_backward: dO must be " + shape_str(sv.in.r.shape()) + ", got " +
+                                (dO.defined() ? shape_str(dO.shape()) : std::string("undefined")));
+  if (!(dO.device() == sv.in.r.device())) throw std::invalid_argument("rwkv6_backward: dO must be on r's device");
+  if (dht.defined() && dht.shape() != Shape{d.B, d.H, d.D, d.D})
+    throw std::invalid_argument("rwkv6_backward: dht must be [B, H, D, D] = " + shape_str({d.B, d.H, d.D, d.D}) +
+                                ", got " + shape_str(dht.shape()));
+  const Rwkv6Config& cfg = sv.cfg;
+  if (cfg.path == Rwkv6Path::ops) return ops_backward(sv.in, dO.to(sv.in.r.dtype()), dht, d, sv.scale);
+  if (cfg.path == Rwkv6Path::naive) return cpu_backward<double>(true, cfg.backward, sv.in, dO, dht, d, sv.scale);
+  if (sv.in.r.device().is_cpu())
+    return sv.in.r.dtype() == DType::f64 ? cpu_backward<double>(false, cfg.backward, sv.in, dO, dht, d, sv.scale)
+                                         : cpu_backward<float>(false, cfg.backward, sv.in, dO, dht, d, sv.scale);
 #if LINTRAIN_WITH_CUDA
-  CudaIn in = cuda_prepare(r, k, v, w, u, h0, dout, dht);
-  BwdImpl impl = opt.path == Rwkv6Path::fallback ? BwdImpl::kFallback : BwdImpl::kFused;
-  if (opt.path == Rwkv6Path::autotune) impl = autotune(in, u, d, scale, saved_h);
-  return cuda_backward(in, u, d, scale, impl, saved_h);
+  return cuda_backward(sv, dO, dht);
 #else
-  (void)saved_h;
-  fail("CUDA tensors in a build without CUDA");
-#endif
-}
-
-BwdImpl rwkv6_autotune_choice(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                              const Tensor& h0, const Tensor& dout, const Tensor& dht, const Rwkv6Options& opt) {
-  const Dims d = check_inputs(r, k, v, w, u, h0, opt);
-  if (r.device().is_cpu()) return BwdImpl::kFused;
-#if LINTRAIN_WITH_CUDA
-  CudaIn in = cuda_prepare(r, k, v, w, u, h0, dout, dht);
-  return autotune(in, u, d, scale_of(d, opt), Tensor());
-#else
-  (void)d, (void)dout, (void)dht;
   fail("CUDA tensors in a build without CUDA");
 #endif
 }

@@ -1,30 +1,36 @@
-// RWKV6 token mixer on Tensors: one entry point per direction, four implementations.
+// RWKV6 token mixer at the Tensor level: forward / backward with a selectable path.
 //
-//   auto fwd = lt::mixers::rwkv6_forward(r, k, v, w, u, h0, {.chunk = 64, .path = Rwkv6Path::fused});
-//   auto g   = lt::mixers::rwkv6_backward(r, k, v, w, u, h0, dout, dht, opt, fwd.h);
+//   lt::mixers::Rwkv6Config cfg;  cfg.chunk = 64;  cfg.scale = 1.0;  // the fla layer's scale
+//   auto out = lt::mixers::rwkv6_forward({r, k, v, w, u, h0}, cfg);  // out.o [B,T,H,D]
+//   auto g = lt::mixers::rwkv6_backward(std::move(out.saved), dO);   // g.dr ... g.dh0
 //
-// Math and shapes: kernels/rwkv6.h. r, k, v, w: [B, T, H, D] (w: log decay <= 0), u: [H, D],
-// h0 / ht / dht / dh0: [B, H, D, D] (fp32; h0 and dht may be undefined Tensors = zero).
-// Outputs o, dr, dk, dv, dw have the dtype of r; ht, dh0 fp32; du the dtype of u.
-//
+// Math and shapes: kernels/rwkv6.h. r, k, v, w: [B, T, H, D] (one float dtype; w: log decay
+// <= 0), u: [H, D], h0: [B, H, D, D] (optional: an undefined Tensor = zero state).
 // Paths
-//   naive     the recurrence on the CPU in float64 (any float dtype in, CPU tensors only);
-//   ops       the chunk algorithm composed from engine ops (engine/ops.h), CPU and CUDA,
-//             computing in f32 (f64 for f64 inputs): chunk-local cumsum gates, the
-//             intra-chunk block with exponentials taken elementwise after masking (exact,
-//             no factorisation), the inter-chunk state scan as a host loop over chunks,
-//             the u bonus on the diagonal; backward by the hand-derived chunk adjoint;
-//   fused     CUDA: kernels/cuda/rwkv6.cu (fwd 2 launches, bwd 3); on the CPU the CPU
-//             twins of those stages (kernels/cpu/rwkv6.cpp);
-//   fallback  as fused, but the backward uses the unfused intra | inter kernel pair (4);
-//   autotune  backward: fused or fallback, whichever was faster when this shape
-//             (B, T, H, D, chunk, dtype) was first seen (both timed on the real inputs,
-//             the winner cached for the process); forward = fused.
-// Every output and scratch buffer is a Tensor from the device's caching allocator, on the
-// current stream: the fused backward's extra peak is h, dh [B,H,NT,D,D] and du_part
-// [B,NT,H,D] fp32; the fallback's adds the two fp32 [B,T,H,D] intra dq'/dk' buffers.
+//   naive  the recurrence on the CPU in float64 (CPU tensors only; any float dtype in,
+//          results converted back). Ground truth; slow.
+//   ops    the chunk algorithm composed from engine ops (engine/ops.h), CPU and CUDA,
+//          computing in f32 (f64 for f64 inputs): chunk-local cumsum gates, the intra-chunk
+//          block with exponentials taken elementwise after masking (exact, no
+//          factorisation), the inter-chunk state scan as a host loop over chunks, the u
+//          bonus on the diagonal; backward by the hand-derived chunk adjoint (recomputing
+//          the forward's chunk tensors). Any chunk >= 1.
+//   fused  CUDA tensors: kernels/cuda/rwkv6.cu (forward 2 launches; backward 3 launches
+//          (cfg.backward = fused) or the unfused intra | inter pair, 4 (fallback)); f32 /
+//          bf16, D % 64 == 0. CPU tensors: the CPU twins of those stages
+//          (kernels/cpu/rwkv6.cpp), f32 / f64. Chunk 16, 32 or 64.
+// Which backward runs is the config's choice (cfg.backward), never measured here:
+// `kbench rwkv6 --pick-backward` times both on a shape and prints the one to name.
+// Every output and scratch buffer of the CUDA path is a Tensor from the device's caching
+// allocator, on the current stream, never zeroed: the fused backward's extra peak is dh
+// [B,H,NT,D,D] and du_part [B,NT,H,D] fp32 (h is the forward's, kept in `saved`); the
+// fallback's adds the two fp32 [B,T,H,D] intra dq' / dk' buffers.
+// Outputs: o in r's dtype; ht [B,H,D,D] when cfg.output_final_state, f32 (f64 for f64
+// inputs). Gradients are returned fresh (=, not accumulated): dr, dk, dv, dw in r's dtype,
+// du in u's dtype, dh0 [B,H,D,D] f32 (f64 for f64 inputs), defined when h0 was given.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine/tensor.h"
@@ -32,41 +38,45 @@
 
 namespace lt::mixers {
 
-enum class Rwkv6Path : uint8_t { naive, ops, fused, fallback, autotune };
+enum class Rwkv6Path : uint8_t { naive, ops, fused };
 const char* rwkv6_path_name(Rwkv6Path p);
-Rwkv6Path parse_rwkv6_path(const std::string& name);  // throws std::invalid_argument
+Rwkv6Path parse_rwkv6_path(const std::string& name);  // "naive" | "ops" | "fused"; throws naming it
 
-struct Rwkv6Options {
-  int64_t chunk = 64;                 // 16, 32 or 64
-  double scale = 0.0;                 // 0: D^-1/2 (the op's default); the fla layer passes 1
+struct Rwkv6Config {
+  int chunk = 64;                                   // fused: 16, 32 or 64 (naive, ops: any >= 1)
+  double scale = 0.0;                               // 0: D^-1/2 (the op's default); the fla layer passes 1
   Rwkv6Path path = Rwkv6Path::fused;
-  bool keep_states = false;           // forward returns h (the chunk states) for the backward
+  bool output_final_state = false;
+  rwkv6::BwdImpl backward = rwkv6::BwdImpl::fused;  // fused path: fused | fallback
 };
 
-struct Rwkv6Out {
+struct Rwkv6Inputs {
+  Tensor r, k, v, w, u, h0;
+};
+
+// What the backward needs; path-specific. All paths keep the inputs (refcounted, no
+// copies). Fused on CUDA: also the forward's chunk states h [B,H,NT,D,D] f32, so the
+// backward's scan launch runs only the reverse dh scan; h is read, not rewritten, so one
+// saved state serves any number of backwards. Drop it (out.saved.reset()) after an
+// eval-only forward.
+struct Rwkv6Saved;
+
+struct Rwkv6Output {
   Tensor o;   // [B,T,H,D]
-  Tensor ht;  // [B,H,D,D] fp32
-  Tensor h;   // [B,H,NT,D,D] fp32 when keep_states (fused/fallback paths), else undefined
+  Tensor ht;  // [B,H,D,D] when requested
+  std::shared_ptr<Rwkv6Saved> saved;
 };
 
 struct Rwkv6Grads {
   Tensor dr, dk, dv, dw;  // [B,T,H,D]
   Tensor du;              // [H,D]
-  Tensor dh0;             // [B,H,D,D] fp32
+  Tensor dh0;             // [B,H,D,D] when h0 was given
 };
 
-Rwkv6Out rwkv6_forward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                       const Tensor& u, const Tensor& h0, const Rwkv6Options& opt);
-
-// saved_h: the forward's h (keep_states) to skip recomputing the state scan; may be undefined.
-Rwkv6Grads rwkv6_backward(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                          const Tensor& u, const Tensor& h0, const Tensor& dout, const Tensor& dht,
-                          const Rwkv6Options& opt, const Tensor& saved_h = Tensor());
-
-// The backward implementation autotune picked (or would pick) for these inputs' shape:
-// kFused / kFallback. Runs the measurement when the shape is new (CUDA tensors only).
-rwkv6::BwdImpl rwkv6_autotune_choice(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w,
-                                     const Tensor& u, const Tensor& h0, const Tensor& dout,
-                                     const Tensor& dht, const Rwkv6Options& opt);
+Rwkv6Output rwkv6_forward(const Rwkv6Inputs& in, const Rwkv6Config& cfg);
+// dO [B,T,H,D] (any float dtype; converted to r's); dht: optional gradient of the final
+// state [B,H,D,D]. The saved state is released when the last reference goes (pass it with
+// std::move to free it as soon as possible).
+Rwkv6Grads rwkv6_backward(std::shared_ptr<Rwkv6Saved> saved, const Tensor& dO, const Tensor& dht = Tensor());
 
 }  // namespace lt::mixers

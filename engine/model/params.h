@@ -29,4 +29,10 @@ struct ParamSpec {
   bool decay = true;    // AdamW weight decay (false: norms, biases, A_log, dt_bias, bonus, mu, ...)
 };
 
+// A weight that a GEMM reads (a linear layer's [out, in] weight): 2-D and named "*.weight".
+// In the bf16 mode the blocks get these as bf16 views of the shadow arena, every other
+// parameter (norm weights, conv weights [C, 1, W], biases, A_log, dt_bias, x_bias, bonus,
+// mu) as f32. The embedding is not a block parameter; the model decides for it.
+bool is_gemm_weight(const ParamSpec& spec);
+
 }  // namespace lt::model

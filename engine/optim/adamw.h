@@ -13,7 +13,8 @@
 //   m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
 //   p -= lr * ( m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p  [decayed only] )
 // t is the 1-based count of applied steps, kept by the caller.
-// The optional bf16 shadow (the bf16 mode's GEMM weights) is rewritten from p after the update.
+// The optional bf16 shadow (the bf16 mode's GEMM weights) is rewritten from p after the update
+// (also on a skipped step, so it always equals bf16(p) after the call).
 // Kernels: kernels/adamw.h, kernels/cpu/adamw.cpp, kernels/cuda/adamw.cu: a sum-of-squares
 // pass (fixed block partials then one ordered pass: deterministic) and one fused update launch.
 #pragma once

@@ -18,11 +18,12 @@ namespace {
 
 constexpr int64_t kBlock = 16;  // BC: rows per sub-block (the factorisation's granularity)
 
-void check_dims(const Dims& d) {
+// check_chunk = false: the naive recurrence, which has no chunks.
+void check_dims(const Dims& d, bool check_chunk = true) {
   if (d.B < 1 || d.T < 1 || d.H < 1 || d.D < 1)
     throw std::invalid_argument("rwkv6: bad dims B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
                                 " H=" + std::to_string(d.H) + " D=" + std::to_string(d.D));
-  if (d.chunk != 16 && d.chunk != 32 && d.chunk != 64)
+  if (check_chunk && d.chunk != 16 && d.chunk != 32 && d.chunk != 64)
     throw std::invalid_argument("rwkv6: chunk must be 16, 32 or 64, got " + std::to_string(d.chunk));
 }
 
@@ -47,10 +48,10 @@ struct ChunkGates {
   // whose block decay exceeds kSafeRange (there the diagonal block is summed elementwise).
   std::vector<F> invW;           // [NB, D]
 
-  ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n, Variant var = Variant::kSimt)
+  ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n, Variant var = Variant::simt)
       : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock),
         w(C * D, F(0)), gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
-    const bool tc = var == Variant::kTensorCore;
+    const bool tc = var == Variant::tensor_core;
     for (int64_t r = 0; r < L; ++r)
       for (int64_t i = 0; i < D; ++i) w[r * D + i] = wp[tok(d, b, n * C + r, h, i)];
     for (int64_t i = 0; i < D; ++i) {
@@ -101,7 +102,7 @@ inline F rb16(F x) {
 template <class F>
 void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
                    const F* u, const F* h0, F* o, F* ht) {
-  check_dims(d);
+  check_dims(d, false);
   const int64_t D = d.D;
   std::vector<F> S(D * D);
   for (int64_t b = 0; b < d.B; ++b)
@@ -131,9 +132,9 @@ void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, c
 
 template <class F>
 void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                    const F* u, const F* h0, const F* dout, const F* dht, F* dr, F* dk, F* dv,
+                    const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv,
                     F* dw, F* du, F* dh0) {
-  check_dims(d);
+  check_dims(d, false);
   const int64_t D = d.D, T = d.T;
   std::vector<F> states((T + 1) * D * D);  // states[t] = S_{t-1}
   std::vector<F> dS(D * D);
@@ -158,7 +159,7 @@ void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, 
         const F* kt = k + tok(d, b, t, h, 0);
         const F* vt = v + tok(d, b, t, h, 0);
         const F* wt = w + tok(d, b, t, h, 0);
-        const F* dot = dout + tok(d, b, t, h, 0);
+        const F* dot = dO + tok(d, b, t, h, 0);
         const F* Sp = &states[t * D * D];
         F bonus = 0, dov = 0;
         for (int64_t i = 0; i < D; ++i) bonus += rt[i] * u[h * D + i] * kt[i];
@@ -197,7 +198,7 @@ template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
                       Variant var) {
   check_dims(d);
-  const bool tc = var == Variant::kTensorCore;
+  const bool tc = var == Variant::tensor_core;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> S(D * D), kd, vt;
   for (int64_t b = 0; b < d.B; ++b)
@@ -227,10 +228,10 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
 }
 
 template <class F>
-void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dout,
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO,
                        const F* dht, F* dh, F* dh0, Variant var) {
   check_dims(d);
-  const bool tc = var == Variant::kTensorCore;
+  const bool tc = var == Variant::tensor_core;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> S(D * D), qe, dot;
   for (int64_t b = 0; b < d.B; ++b)
@@ -240,7 +241,7 @@ void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* 
         ChunkGates<F> g(d, w, b, hh, n, var);
         std::copy(S.begin(), S.end(), dh + st(d, b, hh, n));
         load_tile(d, r, b, hh, n, g.L, qe);
-        load_tile(d, dout, b, hh, n, g.L, dot);
+        load_tile(d, dO, b, hh, n, g.L, dot);
         for (int64_t rr = 0; rr < C; ++rr)
           for (int64_t i = 0; i < D; ++i) {
             qe[rr * D + i] *= scale * std::exp(g.ge[rr * D + i]);
@@ -347,7 +348,7 @@ void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v,
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
       for (int64_t n = 0; n < NT; ++n) {
-        ChunkGates<F> g(d, w, b, hh, n, Variant::kTensorCore);
+        ChunkGates<F> g(d, w, b, hh, n, Variant::tensor_core);
         load_tile(d, r, b, hh, n, g.L, q);
         load_tile(d, k, b, hh, n, g.L, kk);
         load_tile(d, v, b, hh, n, g.L, vv);
@@ -368,24 +369,24 @@ void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v,
 }
 
 template <class F>
-void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv,
+void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w,
+                  const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv,
                   F* dw, F* du_part) {
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
-  const bool intra = part != BwdPart::kInter;
-  std::vector<F> q, kk, vv, dO, A, dP(C * C), P(C * C), Sr(D * D), Spr(D * D);
+  const bool intra = part != BackwardPart::inter;
+  std::vector<F> q, kk, vv, dOc, A, dP(C * C), P(C * C), Sr(D * D), Spr(D * D);
   std::vector<F> dqI(C * D), dkI(C * D), xI(C * D), yI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D),
       dg(D);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
       for (int64_t n = 0; n < NT; ++n) {
-        ChunkGates<F> g(d, w, b, hh, n, Variant::kTensorCore);
+        ChunkGates<F> g(d, w, b, hh, n, Variant::tensor_core);
         const int64_t L = g.L, NB = g.NB;
         load_tile(d, r, b, hh, n, L, q);
         load_tile(d, k, b, hh, n, L, kk);
         load_tile(d, v, b, hh, n, L, vv);
-        load_tile(d, dout, b, hh, n, L, dO);
-        for (auto* x : {&q, &kk, &vv, &dO})
+        load_tile(d, dO, b, hh, n, L, dOc);
+        for (auto* x : {&q, &kk, &vv, &dOc})
           for (auto& e : *x) e = rb16(e);
         const F* uh = u + hh * D;
         // dP = scale (dO V^T) . M_<= in fp32; its strictly lower part rounded is the MMA operand P.
@@ -393,7 +394,7 @@ void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, 
           for (int64_t s = 0; s < C; ++s) {
             F acc = 0;
             if (s <= rr)
-              for (int64_t j = 0; j < D; ++j) acc += dO[rr * D + j] * vv[s * D + j];
+              for (int64_t j = 0; j < D; ++j) acc += dOc[rr * D + j] * vv[s * D + j];
             dP[rr * C + s] = scale * acc;
             P[rr * C + s] = s < rr ? rb16(dP[rr * C + s]) : F(0);
           }
@@ -456,7 +457,7 @@ void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, 
               yI[s * D + i] = op.kt[s * D + i] * Dk + kk[s * D + i] * fb;
             }
           }
-          if (part == BwdPart::kIntra) {
+          if (part == BackwardPart::intra) {
             // The fallback's intra kernel also finishes dw's intra part (the consistent x, y
             // exist only here) and leaves it in dw, rounded to the output dtype (bf16).
             for (int64_t i = 0; i < D; ++i) {
@@ -491,7 +492,7 @@ void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, 
           for (int64_t i = 0; i < D; ++i) {
             F a1 = 0, a2 = 0;
             for (int64_t j = 0; j < D; ++j) {
-              a1 += dO[rr * D + j] * Sr[i * D + j];
+              a1 += dOc[rr * D + j] * Sr[i * D + j];
               a2 += vv[rr * D + j] * Spr[i * D + j];
             }
             dqS[rr * D + i] = a1;
@@ -500,7 +501,7 @@ void chunk_bwd_tc(const Dims& d, BwdPart part, F scale, const F* r, const F* k, 
         for (int64_t s = 0; s < L; ++s)
           for (int64_t j = 0; j < D; ++j) {
             F acc = 0;
-            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dO[rr * D + j];
+            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dOc[rr * D + j];
             for (int64_t i = 0; i < D; ++i)
               acc += rb16(kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i])) * Spr[i * D + j];
             dv[tok(d, b, n * C + s, hh, j)] = acc;
@@ -546,7 +547,7 @@ template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
                   const F* u, const F* h, F* o, Variant var) {
   check_dims(d);
-  if (var == Variant::kTensorCore) return chunk_output_tc(d, scale, r, k, v, w, u, h, o);
+  if (var == Variant::tensor_core) return chunk_output_tc(d, scale, r, k, v, w, u, h, o);
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> q, kk, vv, A;
   for (int64_t b = 0; b < d.B; ++b)
@@ -569,15 +570,15 @@ void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, co
 }
 
 template <class F>
-void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, const F* v,
-               const F* w, const F* u, const F* h, const F* dh, const F* dout, F* dq_tmp,
+void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v,
+               const F* w, const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp,
                F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var) {
   check_dims(d);
-  if (var == Variant::kTensorCore)
-    return chunk_bwd_tc(d, part, scale, r, k, v, w, u, h, dh, dout, dq_tmp, dk_tmp, dr, dk, dv, dw, du_part);
+  if (var == Variant::tensor_core)
+    return chunk_bwd_tc(d, part, scale, r, k, v, w, u, h, dh, dO, dq_tmp, dk_tmp, dr, dk, dv, dw, du_part);
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
-  const bool intra = part != BwdPart::kInter, inter = part != BwdPart::kIntra;
-  std::vector<F> q, kk, vv, dO, A, dP(C * C), qt(C * D), kt(C * D);
+  const bool intra = part != BackwardPart::inter, inter = part != BackwardPart::intra;
+  std::vector<F> q, kk, vv, dOc, A, dP(C * C), qt(C * D), kt(C * D);
   std::vector<F> dqI(C * D), dkI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D), dg(D);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
@@ -587,14 +588,14 @@ void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, con
         load_tile(d, r, b, hh, n, L, q);
         load_tile(d, k, b, hh, n, L, kk);
         load_tile(d, v, b, hh, n, L, vv);
-        load_tile(d, dout, b, hh, n, L, dO);
+        load_tile(d, dO, b, hh, n, L, dOc);
         const F* uh = u + hh * D;
         // dP = scale (dO V^T) . M_<=
         for (int64_t rr = 0; rr < C; ++rr)
           for (int64_t s = 0; s < C; ++s) {
             F acc = 0;
             if (s <= rr)
-              for (int64_t j = 0; j < D; ++j) acc += dO[rr * D + j] * vv[s * D + j];
+              for (int64_t j = 0; j < D; ++j) acc += dOc[rr * D + j] * vv[s * D + j];
             dP[rr * C + s] = scale * acc;
           }
         if (intra) {
@@ -636,7 +637,7 @@ void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, con
               dkI[s * D + i] = acc;
             }
           }
-          if (part == BwdPart::kIntra) {
+          if (part == BackwardPart::intra) {
             for (int64_t rr = 0; rr < L; ++rr)
               for (int64_t i = 0; i < D; ++i) {
                 dq_tmp[tok(d, b, n * C + rr, hh, i)] = dqI[rr * D + i];
@@ -661,7 +662,7 @@ void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, con
           for (int64_t i = 0; i < D; ++i) {
             F a1 = 0, a2 = 0;
             for (int64_t j = 0; j < D; ++j) {
-              a1 += dO[rr * D + j] * S[i * D + j];
+              a1 += dOc[rr * D + j] * S[i * D + j];
               a2 += vv[rr * D + j] * Sp[i * D + j];
             }
             dqS[rr * D + i] = a1;
@@ -671,7 +672,7 @@ void chunk_bwd(const Dims& d, BwdPart part, F scale, const F* r, const F* k, con
         for (int64_t s = 0; s < L; ++s)
           for (int64_t j = 0; j < D; ++j) {
             F acc = 0;
-            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dO[rr * D + j];
+            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dOc[rr * D + j];
             for (int64_t i = 0; i < D; ++i)
               acc += kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]) * Sp[i * D + j];
             dv[tok(d, b, n * C + s, hh, j)] = acc;
@@ -729,20 +730,20 @@ void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* 
 }
 
 template <class F>
-void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F* k, const F* v,
-                        const F* w, const F* u, const F* h0, const F* dout, const F* dht,
+void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v,
+                        const F* w, const F* u, const F* h0, const F* dO, const F* dht,
                         F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var) {
   std::vector<F> h(d.states_numel()), dh(d.states_numel()), dup(d.du_part_numel());
   chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var);
-  chunk_dstate_scan(d, scale, r, w, dout, dht, dh.data(), dh0, var);
-  if (fused) {
-    chunk_bwd<F>(d, BwdPart::kFused, scale, r, k, v, w, u, h.data(), dh.data(), dout, nullptr, nullptr,
+  chunk_dstate_scan(d, scale, r, w, dO, dht, dh.data(), dh0, var);
+  if (impl == BwdImpl::fused) {
+    chunk_bwd<F>(d, BackwardPart::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr,
                  dr, dk, dv, dw, dup.data(), var);
   } else {
     std::vector<F> dqt(d.tokens_numel()), dkt(d.tokens_numel());
-    chunk_bwd<F>(d, BwdPart::kIntra, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
+    chunk_bwd<F>(d, BackwardPart::intra, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(),
                  nullptr, nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
-    chunk_bwd<F>(d, BwdPart::kInter, scale, r, k, v, w, u, h.data(), dh.data(), dout, dqt.data(), dkt.data(),
+    chunk_bwd<F>(d, BackwardPart::inter, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(),
                  dr, dk, dv, dw, dup.data(), var);
   }
   du_reduce(d, dup.data(), du);
@@ -758,18 +759,26 @@ void chunk_backward_cpu(const Dims& d, bool fused, F scale, const F* r, const F*
                                      Variant);                                                         \
   template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,    \
                                 const F*, F*, Variant);                                                \
-  template void chunk_bwd<F>(const Dims&, BwdPart, F, const F*, const F*, const F*, const F*,         \
+  template void chunk_bwd<F>(const Dims&, BackwardPart, F, const F*, const F*, const F*, const F*,         \
                              const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*,       \
                              Variant);                                                                 \
   template void du_reduce<F>(const Dims&, const F*, F*);                                              \
   template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*,          \
                                      const F*, const F*, F*, F*, Variant);                             \
-  template void chunk_backward_cpu<F>(const Dims&, bool, F, const F*, const F*, const F*, const F*,   \
+  template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*,   \
                                       const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, \
                                       Variant);
 
 LT_RWKV6_INSTANTIATE(float)
 LT_RWKV6_INSTANTIATE(double)
 #undef LT_RWKV6_INSTANTIATE
+
+const char* bwd_impl_name(BwdImpl impl) { return impl == BwdImpl::fallback ? "fallback" : "fused"; }
+
+BwdImpl parse_bwd_impl(const std::string& name) {
+  if (name == "fused") return BwdImpl::fused;
+  if (name == "fallback") return BwdImpl::fallback;
+  throw std::invalid_argument("rwkv6: unknown backward '" + name + "' (fused | fallback)");
+}
 
 }  // namespace lt::rwkv6

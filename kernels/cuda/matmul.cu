@@ -1,9 +1,14 @@
 // Batched matrix multiply, CUDA backend (twin: kernels/cpu/matmul.cpp): cuBLAS.
 //   f32:       cublasSgemmStridedBatched (pure fp32: the handle keeps CUBLAS_DEFAULT_MATH,
-//              so no TF32 unless NVIDIA_TF32_OVERRIDE forces it)
+//              so no TF32 unless NVIDIA_TF32_OVERRIDE forces it); with p.tf32,
+//              cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F_FAST_TF32 (TF32 tensor-core
+//              products, fp32 accumulation)
 //   f64:       cublasDgemmStridedBatched
-//   bf16, f16: cublasGemmStridedBatchedEx, fp32 compute (CUBLAS_COMPUTE_32F), output rounded
-//              to the input dtype
+//   bf16, f16: cublasGemmStridedBatchedEx, fp32 compute (CUBLAS_COMPUTE_32F); C in the input
+//              dtype (rounded), or in f32 (p.out_dtype == f32: Ctype CUDA_R_32F, alpha/beta
+//              and C's old contents in fp32) for the mixed-precision GEMMs
+// Deterministic: cuBLAS GEMMs give bit-identical results run to run for the same shapes on
+// the same GPU and toolkit (cuBLAS's reproducibility guarantee; the atomics mode stays off).
 // Row-major to cuBLAS's column-major: a row-major M x N matrix C with row stride ldc is
 // the column-major N x M matrix C^T, and C^T = op(B)^T op(A)^T, so we ask cuBLAS for
 // m = N, n = M, k = K with (B, ldb) as its first operand and (A, lda) as its second; a
@@ -60,9 +65,21 @@ void matmul(DType dtype, const MatmulParams& p, uintptr_t stream) {
   const int ld_second = to_int(p.lda < 1 ? 1 : p.lda, "lda");
   const int ldc = to_int(p.ldc < 1 ? 1 : p.ldc, "ldc");
   const int batch = to_int(p.batch, "batch");
+  const bool mixed = p.out_dtype != dtype;
+  if (mixed && (p.out_dtype != DType::f32 || (dtype != DType::bf16 && dtype != DType::f16)))
+    throw std::invalid_argument(std::string("cuda matmul: ") + dtype_name(dtype) + " operands with a " +
+                                dtype_name(p.out_dtype) + " output are not supported (only bf16 / f16 -> f32)");
   switch (dtype) {
     case DType::f32: {
       const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+      if (p.tf32) {
+        cublas_check(cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, CUDA_R_32F, ld_first,
+                                                p.stride_b, p.a, CUDA_R_32F, ld_second, p.stride_a, &beta, p.c,
+                                                CUDA_R_32F, ldc, p.stride_c, batch, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmStridedBatchedEx (tf32)");
+        break;
+      }
       cublas_check(cublasSgemmStridedBatched(h, op_first, op_second, m, n, k, &alpha,
                                              static_cast<const float*>(p.b), ld_first, p.stride_b,
                                              static_cast<const float*>(p.a), ld_second, p.stride_a, &beta,
@@ -82,9 +99,10 @@ void matmul(DType dtype, const MatmulParams& p, uintptr_t stream) {
     case DType::bf16:
     case DType::f16: {
       const cudaDataType_t t = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      const cudaDataType_t tc = mixed ? CUDA_R_32F : t;
       const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
       cublas_check(cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, t, ld_first,
-                                              p.stride_b, p.a, t, ld_second, p.stride_a, &beta, p.c, t, ldc,
+                                              p.stride_b, p.a, t, ld_second, p.stride_a, &beta, p.c, tc, ldc,
                                               p.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmStridedBatchedEx");
       break;

@@ -4,13 +4,13 @@
 // Launches
 //   forward   rwkv6_state_scan (z=0: h[n], ht)  |  rwkv6_fwd_output (o)                  2
 //   backward  rwkv6_state_scan (z=0: h again, z=1: dh reverse; both in one grid)
-//             | rwkv6_bwd_chunk<kFused>                      | rwkv6_du_reduce         3
-//   fallback  rwkv6_state_scan | rwkv6_bwd_chunk<kIntra> (fp32 dq'/dk' intra to scratch)
-//             | rwkv6_bwd_chunk<kInter> (reads them back) | rwkv6_du_reduce               4
+//             | rwkv6_bwd_chunk<all>                        | rwkv6_du_reduce         3
+//   fallback  rwkv6_state_scan | rwkv6_bwd_chunk<intra> (fp32 dq'/dk' intra to scratch)
+//             | rwkv6_bwd_chunk<inter> (reads them back) | rwkv6_du_reduce               4
 //
 // Two kernel families with the same launches and grids: the tensor-core kernels (namespace
-// tck below: bf16 at chunk 32 / 64; mma.m16n8k16, Variant::kTensorCore) and the SIMT fp32
-// kernels (fp32 inputs, bf16 at chunk 16, or LT_RWKV6_KERNELS=simt), described next.
+// tck below: bf16 at chunk 32 / 64; mma.m16n8k16, Variant::tensor_core) and the SIMT fp32
+// kernels (fp32 inputs, bf16 at chunk 16, or LINTRAIN_RWKV6_KERNELS=simt), described next.
 //
 // Tiling (SIMT fp32; every CTA has 256 threads arranged 16 x 16, ty = tid / 16, tx = tid % 16).
 // A thread owns rows ty + 16 i and columns tx + 16 j of every tile it accumulates, so with
@@ -42,7 +42,6 @@ constexpr int kW = 64;          // width of a D tile in the chunk kernels
 constexpr int kLD = kW + 1;     // its padded row stride (floats)
 constexpr int kBC = 16;         // rows per factorisation block
 
-enum Mode : int { kModeFused = 0, kModeIntra = 1, kModeInter = 2 };
 
 __device__ __forceinline__ int rows_in_chunk(int C, int64_t T, int64_t n) {
   const int64_t left = T - n * C;
@@ -127,7 +126,7 @@ __device__ __forceinline__ void block_refs(const float* gi_s, float* gs, float* 
 // recomputes the gates of its W key columns. The next chunk's tiles are prefetched into
 // registers while the current one is multiplied.
 template <class Tin, int C, int W>
-__global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const CudaArgs a, int z_offset) {
+__global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, int z_offset) {
   constexpr int LD = W + 1, TM = W / 16, E = C * W / kThreads;
   static_assert(E >= 1 && (C * W) % kThreads == 0, "tile elements per thread");
   extern __shared__ float smem[];
@@ -147,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const CudaArgs a, i
   const int64_t rs = H * D;
   const int64_t base = (b * T * H + h) * D;
   const Tin* xsrc = static_cast<const Tin*>(reverse ? a.r : a.k) + base + tr * W;
-  const Tin* ysrc = static_cast<const Tin*>(reverse ? a.dout : a.v) + base + tc * W;
+  const Tin* ysrc = static_cast<const Tin*>(reverse ? a.dO : a.v) + base + tc * W;
   const Tin* wsrc = static_cast<const Tin*>(a.w) + base + tr * W;
   const float scale = a.scale;
 
@@ -241,7 +240,7 @@ constexpr int fwd_output_smem_floats() {
 }
 
 template <class Tin, int C>
-__global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const CudaArgs a) {
+__global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const FusedArgs a) {
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
   float* q_s = smem;                          // q, then q~
@@ -378,11 +377,11 @@ __global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const CudaArgs a) {
 }
 
 // =======================================================================================
-// Backward chunk kernel. grid (D/64 own tiles, NT, B*H). kMode:
-//   kModeFused  all of dq, dk, dv, dw and the du partials, intra and inter parts in
-//               registers, each gradient written once in the input dtype;
-//   kModeIntra  only the intra-chunk dq', dk' of the own key tile -> fp32 dq_tmp, dk_tmp;
-//   kModeInter  everything else, reading dq_tmp, dk_tmp back (the fallback's second half).
+// Backward chunk kernel. grid (D/64 own tiles, NT, B*H). kPart:
+//   all    all of dq, dk, dv, dw and the du partials, intra and inter parts in registers,
+//          each gradient written once in the input dtype;
+//   intra  only the intra-chunk dq', dk' of the own key tile -> fp32 dq_tmp, dk_tmp;
+//   inter  everything else, reading dq_tmp, dk_tmp back (the fallback's second half).
 // Phases: (1) value-tile loop: dP = dO V^T (full), dO h^T and V dh^T for the own key rows,
 //         sum_v h . dh (own rows); (2) key-tile loop, own tile last: gates, A, K' dh for
 //         the own value columns; the own tile's q, k, Gi, Ge stay in shared memory;
@@ -393,9 +392,9 @@ constexpr int bwd_smem_floats() {
   return 6 * ChunkSmem::tile(C) + 2 * ChunkSmem::state() + ChunkSmem::cc(C) + ChunkSmem::vecs(C);
 }
 
-template <class Tin, int C, int kMode>
-__global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
-  constexpr bool kIntra = kMode != kModeInter, kInter = kMode != kModeIntra;
+template <class Tin, int C, BackwardPart kPart>
+__global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
+  constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
   float* t0 = smem;                        // dO | q        (own tile at the end)
@@ -428,7 +427,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
   const Tin* k = static_cast<const Tin*>(a.k) + base;
   const Tin* v = static_cast<const Tin*>(a.v) + base;
   const Tin* w = static_cast<const Tin*>(a.w) + base;
-  const Tin* dout = static_cast<const Tin*>(a.dout) + base;
+  const Tin* dO = static_cast<const Tin*>(a.dO) + base;
   const float* hn = a.h + (bh * NT + n) * D * D;
   const float* dhn = a.dh + (bh * NT + n) * D * D;
 
@@ -441,7 +440,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
 
   // ---- phase 1: value-tile loop
   for (int vt = 0; vt < nK; ++vt) {
-    load_tokens<Tin, C, kW>(t0, dout + vt * kW, rs, L);
+    load_tokens<Tin, C, kW>(t0, dO + vt * kW, rs, L);
     load_tokens<Tin, C, kW>(t1, v + vt * kW, rs, L);
     if constexpr (kInter) {
       load_state<kW, kW>(s0, hn + (int64_t)jt * kW * D + vt * kW, D);
@@ -593,7 +592,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
         const int rr = ty + 16 * i, ss = tx + 16 * j;
         as_s[rr * LDC + ss] = ss <= rr ? scale * acc_A[i][j] : 0.f;
       }
-    load_tokens<Tin, C, kW>(s0, dout + own, rs, L);
+    load_tokens<Tin, C, kW>(s0, dO + own, rs, L);
     __syncthreads();
 #pragma unroll 4
     for (int rr = 0; rr < C; ++rr) {
@@ -703,7 +702,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
       }
     }
   }
-  if constexpr (kMode == kModeIntra) {
+  if constexpr (kPart == BackwardPart::intra) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int rr = ty + 16 * i;
@@ -717,7 +716,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
     }
     return;
   }
-  if constexpr (kMode == kModeInter) {
+  if constexpr (kPart == BackwardPart::inter) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int rr = ty + 16 * i;
@@ -795,7 +794,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const CudaArgs a) {
 // 256 threads = 32 columns x 8 row groups: group j sums the partials i = j, j + 8, ... (two
 // accumulators), then the 8 group sums are added in order. Coalesced 128-byte rows, 16x the
 // threads in flight of one thread per column.
-__global__ void __launch_bounds__(256) rwkv6_du_reduce(const CudaArgs a) {
+__global__ void __launch_bounds__(256) rwkv6_du_reduce(const FusedArgs a) {
   __shared__ float part[8][33];
   const int64_t H = a.dims.H, D = a.dims.D;
   const int64_t BN = a.dims.B * ((a.dims.T + a.dims.chunk - 1) / a.dims.chunk);
@@ -822,7 +821,7 @@ __global__ void __launch_bounds__(256) rwkv6_du_reduce(const CudaArgs a) {
 // =======================================================================================
 // Tensor-core kernels: bf16 inputs, chunk C = 32 or 64. The algebra (bf16 operands, fp32
 // accumulation, the safe-column diagonal blocks) is kernels/rwkv6.h's "Tensor-core variant";
-// its CPU twin is Variant::kTensorCore in kernels/cpu/rwkv6.cpp.
+// its CPU twin is Variant::tensor_core in kernels/cpu/rwkv6.cpp.
 // 8 warps. In the chunk kernels warp w owns the 16-row block rb = w % NB of every C-row
 // output and a column slice `part` = w / NB of it: [part*COLS, +COLS) of a 64-wide tile and
 // [part*CCOLS, +CCOLS) of a C x C matrix. Accumulators are mma fragments: element e of n8
@@ -1087,7 +1086,7 @@ __device__ __forceinline__ void async_tile(bf16* dst, const bf16* src, int64_t r
 }
 
 template <int C>
-__global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int z_offset) {
+__global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, int z_offset) {
   using S = Shape<C>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* buf = reinterpret_cast<bf16*>(smem);  // [kScanStages][3][C][kLDB]: x, y, w
@@ -1103,7 +1102,7 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const CudaArgs a, int
   const int rb = warp & 3, part = warp >> 2;
   const int64_t rs = H * D, base = (b * T * H + h) * D;
   const bf16* xsrc = static_cast<const bf16*>(reverse ? a.r : a.k) + base + tr * 64;
-  const bf16* ysrc = static_cast<const bf16*>(reverse ? a.dout : a.v) + base + tcol * 64;
+  const bf16* ysrc = static_cast<const bf16*>(reverse ? a.dO : a.v) + base + tcol * 64;
   const bf16* wsrc = static_cast<const bf16*>(a.w) + base + tr * 64;
   const float scale = a.scale;
 
@@ -1223,7 +1222,7 @@ struct FwdLayout {
 };
 
 template <int C>
-__global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const CudaArgs a) {
+__global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const FusedArgs a) {
   using S = Shape<C>;
   using Lay = FwdLayout<C>;
   constexpr int NB = S::NB;
@@ -1368,7 +1367,7 @@ constexpr int kLDX = 66;  // fp32 x, y tiles of the dw scan (floats)
 // intra part left there by the fallback's intra kernel). Starts and ends with the caller's
 // barrier discipline: x, y must be complete; the tile is reused only after this returns.
 template <int C, bool kAddDw>
-__device__ __forceinline__ void dw_scan_store(const CudaArgs& a, float* sx, const float* sy, const float* dgam,
+__device__ __forceinline__ void dw_scan_store(const FusedArgs& a, float* sx, const float* sy, const float* dgam,
                                               int64_t base, int own, int L, int64_t n, int64_t b, int64_t h) {
   constexpr int P = 4, R = C / P;
   (void)n, (void)b, (void)h;
@@ -1442,9 +1441,9 @@ struct BwdLayout {
   static_assert(C * S::LDP * 2 <= S::TOK_BYTES, "A fits over kd");
 };
 
-template <int C, int kMode>
-__global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
-  constexpr bool kIntra = kMode != kModeInter, kInter = kMode != kModeIntra;
+template <int C, BackwardPart kPart>
+__global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) {
+  constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
   using S = Shape<C>;
   using Lay = BwdLayout<C>;
   constexpr int NB = S::NB;
@@ -1486,7 +1485,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
   const bf16* kp = static_cast<const bf16*>(a.k) + base;
   const bf16* vp = static_cast<const bf16*>(a.v) + base;
   const bf16* wp = static_cast<const bf16*>(a.w) + base;
-  const bf16* dop = static_cast<const bf16*>(a.dout) + base;
+  const bf16* dop = static_cast<const bf16*>(a.dO) + base;
   const float* hn = a.h + (bh * NT + n) * D * D;
   const float* dhn = a.dh + (bh * NT + n) * D * D;
 
@@ -1759,7 +1758,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
         sx[r * kLDX + c] = bf2f(qt_s[r * kLDB + c]) * Dq + bf2f(q_s[r * kLDB + c]) * fbq;
         sy[r * kLDX + c] = bf2f(kt_s[r * kLDB + c]) * Dk + bf2f(k_s[r * kLDB + c]) * fbk;
       }
-    if constexpr (kMode == kModeIntra) {
+    if constexpr (kPart == BackwardPart::intra) {
 #pragma unroll
       for (int nt = 0; nt < S::NT8; ++nt)
 #pragma unroll
@@ -1778,7 +1777,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
       return;
     }
   }
-  if constexpr (kMode == kModeInter) {
+  if constexpr (kPart == BackwardPart::inter) {
 #pragma unroll
     for (int nt = 0; nt < S::NT8; ++nt)
 #pragma unroll
@@ -1795,7 +1794,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
     // ---- glue: dq' = scale (dO h^T) e^Ge + dq'_intra, dk' = (V dh^T) e^{g - Gi} + dk'_intra,
     // u terms; x += q dq'_inter, y += k dk'_inter (dw); column sums of z = k (V dh^T) e^{g-Gi}
     // (dgamma) and p = pd q k (du).
-    if constexpr (kMode == kModeInter) __syncthreads();  // phase-3 MMA reads done before x, y writes
+    if constexpr (kPart == BackwardPart::inter) __syncthreads();  // phase-3 MMA reads done before x, y writes
     bf16* dqp = static_cast<bf16*>(a.dr) + base + own + col0;
     bf16* dkp = static_cast<bf16*>(a.dk) + base + own + col0;
     float zc[S::NT8][2] = {}, pc[S::NT8][2] = {};
@@ -1851,7 +1850,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const CudaArgs a) {
       a.du_part[((b * NT + n) * H + h) * D + own + tid] = ptot;
     }
     __syncthreads();
-    dw_scan_store<C, kMode == kModeInter>(a, sx, sy, zp_s, base, own, L, n, b, h);
+    dw_scan_store<C, kPart == BackwardPart::inter>(a, sx, sy, zp_s, base, own, L, n, b, h);
   }
 }
 
@@ -1868,7 +1867,7 @@ void set_smem(Kernel kernel, size_t bytes, size_t& done) {
 }
 
 template <class T, int C, int W>
-void launch_scan(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream) {
+void launch_scan(const FusedArgs& a, int nz, int z_offset, cudaStream_t stream) {
   const size_t smem = (3 * C * (W + 1) + W) * sizeof(float);
   auto kernel = rwkv6_state_scan<T, C, W>;
   static size_t smem_set = 0;
@@ -1883,7 +1882,7 @@ void launch_scan(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream) {
 bool scan_tile_32(int64_t D) { return D == 64; }
 
 template <class T, int C>
-void forward_t(const CudaArgs& a, cudaStream_t stream) {
+void forward_t(const FusedArgs& a, cudaStream_t stream) {
   {
     StageScope s("state_scan");
     if (scan_tile_32(a.dims.D)) launch_scan<T, C, 32>(a, 1, 0, stream);
@@ -1901,10 +1900,10 @@ void forward_t(const CudaArgs& a, cudaStream_t stream) {
   }
 }
 
-template <class T, int C, int kMode>
-void launch_bwd_chunk(const CudaArgs& a, cudaStream_t stream) {
+template <class T, int C, BackwardPart kPart>
+void launch_bwd_chunk(const FusedArgs& a, cudaStream_t stream) {
   const size_t smem = bwd_smem_floats<C>() * sizeof(float);
-  auto kernel = rwkv6_bwd_chunk<T, C, kMode>;
+  auto kernel = rwkv6_bwd_chunk<T, C, kPart>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
@@ -1913,8 +1912,8 @@ void launch_bwd_chunk(const CudaArgs& a, cudaStream_t stream) {
 }
 
 template <class T, int C>
-void backward_t(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t stream) {
-  CudaArgs a = a0;
+void backward_t(const FusedArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t stream) {
+  FusedArgs a = a0;
   a.ht = nullptr;  // the recomputed forward scan must not touch the forward's outputs
   {
     StageScope s("scans");
@@ -1922,16 +1921,16 @@ void backward_t(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t 
     if (scan_tile_32(a.dims.D)) launch_scan<T, C, 32>(a, nz, z0, stream);
     else launch_scan<T, C, 64>(a, nz, z0, stream);
   }
-  if (impl == BwdImpl::kFused) {
+  if (impl == BwdImpl::fused) {
     StageScope s("chunk_fused");
-    launch_bwd_chunk<T, C, kModeFused>(a, stream);
+    launch_bwd_chunk<T, C, BackwardPart::all>(a, stream);
   } else {
     {
       StageScope s("chunk_intra");
-      launch_bwd_chunk<T, C, kModeIntra>(a, stream);
+      launch_bwd_chunk<T, C, BackwardPart::intra>(a, stream);
     }
     StageScope s("chunk_inter");
-    launch_bwd_chunk<T, C, kModeInter>(a, stream);
+    launch_bwd_chunk<T, C, BackwardPart::inter>(a, stream);
   }
   {
     StageScope s("du_reduce");
@@ -1942,7 +1941,7 @@ void backward_t(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t 
 
 // ---- tensor-core path (bf16, chunk 32 / 64)
 template <int C>
-void launch_scan_tc(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream) {
+void launch_scan_tc(const FusedArgs& a, int nz, int z_offset, cudaStream_t stream) {
   const size_t smem = tck::scan_tc_smem_bytes<C>();
   auto kernel = tck::rwkv6_state_scan_tc<C>;
   static size_t smem_set = 0;
@@ -1953,7 +1952,7 @@ void launch_scan_tc(const CudaArgs& a, int nz, int z_offset, cudaStream_t stream
 }
 
 template <int C>
-void forward_tc(const CudaArgs& a, cudaStream_t stream) {
+void forward_tc(const FusedArgs& a, cudaStream_t stream) {
   {
     StageScope s("state_scan");
     launch_scan_tc<C>(a, 1, 0, stream);
@@ -1968,10 +1967,10 @@ void forward_tc(const CudaArgs& a, cudaStream_t stream) {
   LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
 }
 
-template <int C, int kMode>
-void launch_bwd_chunk_tc(const CudaArgs& a, cudaStream_t stream) {
+template <int C, BackwardPart kPart>
+void launch_bwd_chunk_tc(const FusedArgs& a, cudaStream_t stream) {
   const size_t smem = tck::BwdLayout<C>::bytes;
-  auto kernel = tck::rwkv6_bwd_chunk_tc<C, kMode>;
+  auto kernel = tck::rwkv6_bwd_chunk_tc<C, kPart>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
@@ -1980,40 +1979,43 @@ void launch_bwd_chunk_tc(const CudaArgs& a, cudaStream_t stream) {
 }
 
 template <int C>
-void backward_tc(const CudaArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t stream) {
-  CudaArgs a = a0;
+void backward_tc(const FusedArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_t stream) {
+  FusedArgs a = a0;
   a.ht = nullptr;  // the recomputed forward scan must not touch the forward's outputs
   {
     StageScope s("scans");
     launch_scan_tc<C>(a, h_is_valid ? 1 : 2, h_is_valid ? 1 : 0, stream);
   }
-  if (impl == BwdImpl::kFused) {
+  if (impl == BwdImpl::fused) {
     StageScope s("chunk_fused");
-    launch_bwd_chunk_tc<C, kModeFused>(a, stream);
+    launch_bwd_chunk_tc<C, BackwardPart::all>(a, stream);
   } else {
     {
       StageScope s("chunk_intra");
-      launch_bwd_chunk_tc<C, kModeIntra>(a, stream);
+      launch_bwd_chunk_tc<C, BackwardPart::intra>(a, stream);
     }
     StageScope s("chunk_inter");
-    launch_bwd_chunk_tc<C, kModeInter>(a, stream);
+    launch_bwd_chunk_tc<C, BackwardPart::inter>(a, stream);
   }
   StageScope s("du_reduce");
   LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
               stream, a);
 }
 
-// LT_RWKV6_KERNELS=simt forces the SIMT kernels for bf16 too (same-run comparisons).
+// Environment variable LINTRAIN_RWKV6_KERNELS, read once per process:
+//   simt   the SIMT fp32 kernels for bf16 too (same-run comparisons with the tensor-core
+//          kernels; kbench rwkv6 reports which family ran);
+//   unset or anything else: the default choice (tensor cores for bf16 at chunk 32 / 64).
 bool simt_forced() {
   static const bool forced = [] {
-    const char* e = std::getenv("LT_RWKV6_KERNELS");
+    const char* e = std::getenv("LINTRAIN_RWKV6_KERNELS");
     return e && std::string(e) == "simt";
   }();
   return forced;
 }
 
 template <class T>
-void forward_dispatch(const CudaArgs& a, cudaStream_t s) {
+void forward_dispatch(const FusedArgs& a, cudaStream_t s) {
   switch (a.dims.chunk) {
     case 16: return forward_t<T, 16>(a, s);
     case 32: return forward_t<T, 32>(a, s);
@@ -2021,7 +2023,7 @@ void forward_dispatch(const CudaArgs& a, cudaStream_t s) {
   }
 }
 template <class T>
-void backward_dispatch(const CudaArgs& a, BwdImpl impl, bool hv, cudaStream_t s) {
+void backward_dispatch(const FusedArgs& a, BwdImpl impl, bool hv, cudaStream_t s) {
   switch (a.dims.chunk) {
     case 16: return backward_t<T, 16>(a, impl, hv, s);
     case 32: return backward_t<T, 32>(a, impl, hv, s);
@@ -2036,11 +2038,11 @@ size_t cuda_scratch_bytes_forward(const Dims& d) { return static_cast<size_t>(d.
 size_t cuda_scratch_bytes_backward(const Dims& d, BwdImpl impl) {
   size_t bytes = 2 * static_cast<size_t>(d.states_numel()) * sizeof(float) +
                  static_cast<size_t>(d.du_part_numel()) * sizeof(float);
-  if (impl == BwdImpl::kFallback) bytes += 2 * static_cast<size_t>(d.tokens_numel()) * sizeof(float);
+  if (impl == BwdImpl::fallback) bytes += 2 * static_cast<size_t>(d.tokens_numel()) * sizeof(float);
   return bytes;
 }
 
-void cuda_check_args(const CudaArgs& a, bool backward, BwdImpl impl) {
+void cuda_check_args(const FusedArgs& a, bool backward, BwdImpl impl) {
   const Dims& d = a.dims;
   auto fail = [](const std::string& why) { throw std::invalid_argument("rwkv6 cuda: " + why); };
   if (d.B < 1 || d.T < 1 || d.H < 1) fail("B, T, H must be >= 1");
@@ -2051,9 +2053,9 @@ void cuda_check_args(const CudaArgs& a, bool backward, BwdImpl impl) {
   if (!a.r || !a.k || !a.v || !a.w || !a.u || !a.h) fail("r, k, v, w, u and the state scratch h are required");
   if (!backward && !a.o) fail("o is required");
   if (backward) {
-    if (!a.dout || !a.dr || !a.dk || !a.dv || !a.dw || !a.du || !a.dh || !a.du_part)
-      fail("dout, dr, dk, dv, dw, du and the scratch dh, du_part are required");
-    if (impl == BwdImpl::kFallback && (!a.dq_tmp || !a.dk_tmp)) fail("the fallback needs dq_tmp and dk_tmp");
+    if (!a.dO || !a.dr || !a.dk || !a.dv || !a.dw || !a.du || !a.dh || !a.du_part)
+      fail("dO, dr, dk, dv, dw, du and the scratch dh, du_part are required");
+    if (impl == BwdImpl::fallback && (!a.dq_tmp || !a.dk_tmp)) fail("the fallback needs dq_tmp and dk_tmp");
   }
 }
 
@@ -2061,8 +2063,8 @@ bool cuda_uses_tensor_cores(const Dims& d, DType dtype) {
   return dtype == DType::bf16 && (d.chunk == 32 || d.chunk == 64) && !simt_forced();
 }
 
-void cuda_forward(const CudaArgs& a, void* stream) {
-  cuda_check_args(a, false, BwdImpl::kFused);
+void cuda_forward(const FusedArgs& a, void* stream) {
+  cuda_check_args(a, false, BwdImpl::fused);
   auto s = static_cast<cudaStream_t>(stream);
   if (cuda_uses_tensor_cores(a.dims, a.dtype)) {
     if (a.dims.chunk == 64) forward_tc<64>(a, s);
@@ -2071,7 +2073,7 @@ void cuda_forward(const CudaArgs& a, void* stream) {
   else forward_dispatch<float>(a, s);
 }
 
-void cuda_backward(const CudaArgs& a, BwdImpl impl, bool h_is_valid, void* stream) {
+void cuda_backward(const FusedArgs& a, BwdImpl impl, bool h_is_valid, void* stream) {
   cuda_check_args(a, true, impl);
   auto s = static_cast<cudaStream_t>(stream);
   if (cuda_uses_tensor_cores(a.dims, a.dtype)) {

@@ -24,7 +24,7 @@ enum class GateKind { kLogSigmoid, kNegExp, kStrong };
 struct Problem {
   Dims d;
   double scale = 1.0;
-  std::vector<double> r, k, v, w, u, h0, dout, dht;  // h0 / dht empty when absent
+  std::vector<double> r, k, v, w, u, h0, dO, dht;  // h0 / dht empty when absent
 
   Problem(const Dims& dims, uint64_t seed, GateKind gate = GateKind::kLogSigmoid, bool with_h0 = true,
           bool with_dht = true, double scale_ = -1.0)
@@ -48,7 +48,7 @@ struct Problem {
     }
     fill(u, d.H * d.D, 1.0);
     if (with_h0) fill(h0, d.state_numel(), 1.0);
-    fill(dout, n, 1.0);
+    fill(dO, n, 1.0);
     if (with_dht) fill(dht, d.state_numel(), 1.0);
     scale = scale_ > 0 ? scale_ : 1.0 / std::sqrt(static_cast<double>(d.D));
   }
@@ -57,7 +57,7 @@ struct Problem {
     auto rb = [](std::vector<double>& x) {
       for (auto& e : x) e = static_cast<double>(static_cast<float>(bfloat16(static_cast<float>(e))));
     };
-    rb(r), rb(k), rb(v), rb(w), rb(dout);
+    rb(r), rb(k), rb(v), rb(w), rb(dO);
   }
   const double* h0p() const { return h0.empty() ? nullptr : h0.data(); }
   const double* dhtp() const { return dht.empty() ? nullptr : dht.data(); }
@@ -79,7 +79,7 @@ inline Grads naive_reference(const Problem& p) {
   naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
                         g.o.data(), g.ht.data());
   naive_backward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
-                         p.dout.data(), p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(),
+                         p.dO.data(), p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(),
                          g.du.data(), g.dh0.data());
   return g;
 }

@@ -83,19 +83,19 @@ void run_case(const Case& c, uint64_t seed) {
 
   const size_t ntok = d.tokens_numel(), es = bf ? 2 : 4;
   auto r = upload(p.r, c.dtype), k = upload(p.k, c.dtype), v = upload(p.v, c.dtype), w = upload(p.w, c.dtype);
-  auto dout = upload(p.dout, c.dtype);
+  auto dO = upload(p.dO, c.dtype);
   auto u = upload(p.u, lt::DType::f32);
   lt::alloc::Buffer h0, dht;
   if (c.h0) h0 = upload(p.h0, lt::DType::f32);
   if (c.dht) dht = upload(p.dht, lt::DType::f32);
 
-  CudaArgs a;
+  FusedArgs a;
   a.dims = d;
   a.dtype = c.dtype;
   a.scale = static_cast<float>(p.scale);
   a.r = r.data(), a.k = k.data(), a.v = v.data(), a.w = w.data(), a.u = u.as<float>();
   a.h0 = c.h0 ? h0.as<float>() : nullptr;
-  a.dout = dout.data();
+  a.dO = dO.data();
   a.dht = c.dht ? dht.as<float>() : nullptr;
   auto hbuf = poisoned(d.states_numel() * 4);
   a.h = hbuf.as<float>();
@@ -118,23 +118,23 @@ void run_case(const Case& c, uint64_t seed) {
   worst_seen[bf][1] = std::max(worst_seen[bf][1], eht);
 
   for (int variant = 0; variant < 3; ++variant) {
-    const BwdImpl impl = variant == 1 ? BwdImpl::kFallback : BwdImpl::kFused;
+    const BwdImpl impl = variant == 1 ? BwdImpl::fallback : BwdImpl::fused;
     const bool h_valid = variant == 2;  // reuse the forward's h (still in hbuf)
     auto dr = poisoned(ntok * es), dk = poisoned(ntok * es), dv = poisoned(ntok * es), dw = poisoned(ntok * es);
     auto du = poisoned(d.H * d.D * 4), dh0 = poisoned(d.state_numel() * 4);
     auto dh = poisoned(d.states_numel() * 4), dup = poisoned(d.du_part_numel() * 4);
     lt::alloc::Buffer dqt, dkt;
-    if (impl == BwdImpl::kFallback) dqt = poisoned(ntok * 4), dkt = poisoned(ntok * 4);
-    CudaArgs b = a;
+    if (impl == BwdImpl::fallback) dqt = poisoned(ntok * 4), dkt = poisoned(ntok * 4);
+    FusedArgs b = a;
     if (!h_valid) LT_CUDA_CHECK(cudaMemset(hbuf.data(), 0xFF, d.states_numel() * 4));
     b.dr = dr.data(), b.dk = dk.data(), b.dv = dv.data(), b.dw = dw.data();
     b.du = du.as<float>(), b.dh0 = dh0.as<float>(), b.dh = dh.as<float>(), b.du_part = dup.as<float>();
-    b.dq_tmp = impl == BwdImpl::kFallback ? dqt.as<float>() : nullptr;
-    b.dk_tmp = impl == BwdImpl::kFallback ? dkt.as<float>() : nullptr;
+    b.dq_tmp = impl == BwdImpl::fallback ? dqt.as<float>() : nullptr;
+    b.dk_tmp = impl == BwdImpl::fallback ? dkt.as<float>() : nullptr;
     lt::reset_launch_atlas();
     cuda_backward(b, impl, h_valid, nullptr);
     LT_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK(lt::total_launches() == (impl == BwdImpl::kFused ? 3 : 4));
+    CHECK(lt::total_launches() == (impl == BwdImpl::fused ? 3 : 4));
     const double e[6] = {rel_err(download(dr, ntok, c.dtype), ref.dr), rel_err(download(dk, ntok, c.dtype), ref.dk),
                          rel_err(download(dv, ntok, c.dtype), ref.dv), rel_err(download(dw, ntok, c.dtype), ref.dw),
                          rel_err(download(du, d.H * d.D, lt::DType::f32), ref.du),
@@ -176,119 +176,5 @@ TEST_CASE("rwkv6 CUDA fused and fallback match the f64 naive recurrence", "[rwkv
     std::printf("rwkv6 cuda worst rel err %s:", bf ? "bf16" : "fp32");
     for (int i = 0; i < 8; ++i) std::printf(" %s %.2e", names[i], worst_seen[bf][i]);
     std::printf("\n");
-  }
-}
-
-// ---------------------------------------------------------------------------------------
-// The Tensor-level API on CUDA: the ops path (engine ops on the GPU), fused, fallback and
-// autotune against the naive recurrence and against each other; the allocator gate.
-#include "engine/device.h"
-#include "engine/mixers/rwkv6.h"
-#include "engine/ops.h"
-
-namespace {
-
-using lt::Tensor;
-using lt::mixers::Rwkv6Options;
-using lt::mixers::Rwkv6Path;
-
-struct DevInputs {
-  Tensor r, k, v, w, u, h0, dout, dht;
-  DevInputs(const Problem& p, lt::DType dt) {
-    const Dims& d = p.d;
-    const lt::Device dev = lt::Device::cuda(0);
-    const lt::Shape tok{d.B, d.T, d.H, d.D}, st{d.B, d.H, d.D, d.D};
-    r = Tensor::from_vector(p.r, tok, dt, dev), k = Tensor::from_vector(p.k, tok, dt, dev);
-    v = Tensor::from_vector(p.v, tok, dt, dev), w = Tensor::from_vector(p.w, tok, dt, dev);
-    dout = Tensor::from_vector(p.dout, tok, dt, dev);
-    u = Tensor::from_vector(p.u, {d.H, d.D}, lt::DType::f32, dev);
-    if (!p.h0.empty()) h0 = Tensor::from_vector(p.h0, st, lt::DType::f32, dev);
-    if (!p.dht.empty()) dht = Tensor::from_vector(p.dht, st, lt::DType::f32, dev);
-  }
-};
-
-struct Result {
-  std::vector<double> x[8];  // o, ht, dr, dk, dv, dw, du, dh0
-};
-Result run_api(const DevInputs& in, Rwkv6Options opt) {
-  Result res;
-  opt.keep_states = true;
-  auto out = lt::mixers::rwkv6_forward(in.r, in.k, in.v, in.w, in.u, in.h0, opt);
-  auto g = lt::mixers::rwkv6_backward(in.r, in.k, in.v, in.w, in.u, in.h0, in.dout, in.dht, opt, out.h);
-  res.x[0] = out.o.to_vector(), res.x[1] = out.ht.to_vector();
-  res.x[2] = g.dr.to_vector(), res.x[3] = g.dk.to_vector(), res.x[4] = g.dv.to_vector(), res.x[5] = g.dw.to_vector();
-  res.x[6] = g.du.to_vector(), res.x[7] = g.dh0.to_vector();
-  return res;
-}
-
-}  // namespace
-
-TEST_CASE("rwkv6 CUDA Tensor API: ops, fused, fallback, autotune vs naive and vs each other", "[rwkv6][cuda][api]") {
-  struct ApiCase { Dims d; lt::DType dt; };
-  const ApiCase cases[] = {{{2, 100, 2, 64, 64}, lt::DType::f32},
-                           {{1, 75, 2, 128, 32}, lt::DType::f32},
-                           {{2, 90, 2, 64, 16}, lt::DType::bf16},
-                           {{2, 90, 2, 64, 64}, lt::DType::bf16}};  // tensor-core kernels
-  uint64_t seed = 555;
-  for (const auto& c : cases) {
-    const bool bf = c.dt == lt::DType::bf16;
-    Problem p(c.d, seed++, GateKind::kLogSigmoid, true, true);
-    if (bf) p.round_to_bf16();
-    Grads ref = naive_reference(p);
-    const std::vector<double>* refs[8] = {&ref.o, &ref.ht, &ref.dr, &ref.dk, &ref.dv, &ref.dw, &ref.du, &ref.dh0};
-    DevInputs in(p, c.dt);
-    Rwkv6Options opt;
-    opt.chunk = c.d.chunk;
-    opt.scale = p.scale;
-    opt.path = Rwkv6Path::ops;
-    const Result ops = run_api(in, opt);
-    for (Rwkv6Path path : {Rwkv6Path::ops, Rwkv6Path::fused, Rwkv6Path::fallback, Rwkv6Path::autotune}) {
-      opt.path = path;
-      const Result res = path == Rwkv6Path::ops ? ops : run_api(in, opt);
-      double worst = 0, worst_vs_ops = 0;
-      for (int i = 0; i < 8; ++i) {
-        worst = std::max(worst, rel_err(res.x[i], *refs[i]));
-        worst_vs_ops = std::max(worst_vs_ops, rel_err(res.x[i], ops.x[i]));
-      }
-      std::printf("rwkv6 api cuda %s D%lld C%lld %-8s worst vs naive %.2e, vs ops path %.2e\n", bf ? "bf16" : "fp32",
-                  (long long)c.d.D, (long long)c.d.chunk, lt::mixers::rwkv6_path_name(path), worst, worst_vs_ops);
-      CHECK(worst < (bf ? 1e-2 : 1e-5));
-      CHECK(worst_vs_ops < (bf ? 1e-2 : 1e-5));
-    }
-  }
-}
-
-TEST_CASE("rwkv6 CUDA: the fused backward's peak allocation is below the fallback's by two fp32 [B,T,H,D]",
-          "[rwkv6][cuda][alloc]") {
-  struct AllocCase { Dims d; lt::DType dt; };
-  for (const AllocCase& ac : {AllocCase{{2, 256, 4, 128, 64}, lt::DType::f32}, AllocCase{{1, 300, 2, 256, 32}, lt::DType::f32},
-                              AllocCase{{2, 512, 4, 64, 16}, lt::DType::f32},
-                              AllocCase{{2, 256, 4, 64, 64}, lt::DType::bf16}}) {  // tensor-core kernels
-    const Dims& d = ac.d;
-    Problem p(d, 99, GateKind::kLogSigmoid, true, true);
-    if (ac.dt == lt::DType::bf16) p.round_to_bf16();
-    DevInputs in(p, ac.dt);
-    auto& A = lt::alloc::cuda_allocator(0);
-    int64_t peak[2] = {0, 0};
-    for (int variant = 0; variant < 2; ++variant) {
-      Rwkv6Options opt;
-      opt.chunk = d.chunk;
-      opt.path = variant == 0 ? Rwkv6Path::fused : Rwkv6Path::fallback;
-      lt::synchronize(lt::Device::cuda(0));
-      A.reset_peak_stats();
-      const int64_t base = A.stats().allocated_bytes.current;
-      {
-        auto g = lt::mixers::rwkv6_backward(in.r, in.k, in.v, in.w, in.u, in.h0, in.dout, in.dht, opt);
-        lt::synchronize(lt::Device::cuda(0));
-        peak[variant] = A.stats().allocated_bytes.peak - base;
-      }
-    }
-    const int64_t two = 2 * d.tokens_numel() * 4;
-    std::printf("rwkv6 alloc %s B%lld T%lld H%lld D%lld C%lld: extra peak fused %lld B, fallback %lld B, "
-                "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n", lt::dtype_name(ac.dt), (long long)d.B,
-                (long long)d.T, (long long)d.H,
-                (long long)d.D, (long long)d.chunk, (long long)peak[0], (long long)peak[1],
-                (long long)(peak[1] - peak[0]), (long long)two);
-    CHECK(peak[1] - peak[0] >= two);
   }
 }

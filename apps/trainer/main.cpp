@@ -1,0 +1,197 @@
+// trainer: train, resume, export, sample and evaluate lintrain's depth-2 KDA / RWKV6 models.
+// CLI parsing only; the work is in engine/train (config, loop, checkpoint).
+// Exit codes: 0 done (also after SIGINT / SIGTERM with a checkpoint written); 2 bad input
+// (command line, config, data files, checkpoint that does not fit; nothing written);
+// 3 stopped after train.max_consecutive_skips skipped updates; 1 any other failure.
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include "engine/io/safetensors.h"
+#include "engine/log.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/config.h"
+#include "engine/train/loop.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lt::train::ConfigError;
+
+constexpr const char* kExamples = R"(
+Examples:
+  trainer --config configs/quick.json                      train the quick CPU job (resumes if run again)
+  trainer --config configs/night.json --device cuda:0      the long GPU run
+  trainer --config configs/quick.json --set train.lr=1e-3 --set model.hidden_size=128
+  trainer --config configs/quick.json --print-config       the effective config as JSON
+  trainer --config configs/quick.json --resume none        start over (removes old checkpoints of --out)
+  trainer export --checkpoint runs/quick/step-00000200 --out fla-model
+  trainer sample --checkpoint runs/text/step-00002000 --prompt "Once upon" --tokens 200 --temperature 0.8 --top-k 40
+  trainer eval   --checkpoint runs/quick/step-00000200
+
+Exit codes: 0 done (also after SIGINT/SIGTERM: a checkpoint is written first); 2 bad input
+(nothing written); 3 stopped after too many skipped updates; 1 other failure.
+
+Config keys (JSON sections "model", "data", "train"; override any with --set key.path=value):
+)";
+
+// Builds the effective config: file, then --set overrides, then the dedicated flags.
+lt::train::RunConfig build_config(const std::string& path, const std::vector<std::string>& sets, const std::string& device,
+                                  int64_t steps, const std::string& out, int64_t seed) {
+  nlohmann::ordered_json j = lt::train::config_load_file(path);
+  for (const auto& s : sets) lt::train::config_apply_override(j, s);
+  if (!device.empty()) lt::train::config_apply_override(j, "device=" + device);
+  if (steps >= 0) lt::train::config_apply_override(j, "train.steps=" + std::to_string(steps));
+  if (!out.empty()) lt::train::config_apply_override(j, "out=" + out);
+  if (seed >= 0) lt::train::config_apply_override(j, "train.seed=" + std::to_string(seed));
+  return lt::train::config_resolve(j);
+}
+
+int run_export(const std::string& checkpoint, const std::string& out) {
+  auto lm = lt::train::load_model_from_checkpoint(checkpoint, "cpu", false);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw ConfigError("export --out '" + out + "': cannot create the folder (" + ec.message() + ")");
+  {
+    std::string tmp = (fs::path(out) / "config.json.tmp").string();
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw ConfigError("export --out '" + out + "': folder cannot be written");
+    f << lm.model->fla_config().dump(2) << "\n";
+    f.close();
+    fs::rename(tmp, fs::path(out) / "config.json");
+  }
+  lt::io::write_safetensors((fs::path(out) / "model.safetensors").string(), lm.model->named_params(), {{"format", "pt"}});
+  spdlog::info("exported {} (step {}) to {}: config.json + model.safetensors; load with "
+               "transformers.AutoModelForCausalLM.from_pretrained('{}') after `import fla`",
+               checkpoint, lm.checkpoint.step, out, out);
+  return 0;
+}
+
+int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t tokens, double temperature, int64_t top_k,
+               uint64_t seed, const std::string& device) {
+  auto lm = lt::train::load_model_from_checkpoint(checkpoint, device, false);
+  std::vector<int32_t> ids = lt::train::encode_prompt(lm.config, prompt);
+  if (lm.config.data.source == "tokens") {
+    std::string tok = (fs::path(lm.config.data.path).parent_path() / "tokenizer.json").string();
+    if (fs::exists(tok)) spdlog::info("decoding with {}", tok);
+    else spdlog::info("no tokenizer.json beside the run's token data: prompt and output are token ids");
+  }
+  auto out = lt::train::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
+  std::vector<int32_t> all = ids;
+  all.insert(all.end(), out.begin(), out.end());
+  std::cout << lt::train::decode_tokens(lm.config, all) << std::endl;
+  return 0;
+}
+
+int run_eval(const std::string& checkpoint, int64_t batches, const std::string& device) {
+  auto lm = lt::train::load_model_from_checkpoint(checkpoint, device, true);
+  if (batches <= 0) batches = lm.config.train.eval_batches;
+  auto r = lt::train::evaluate(*lm.model, lm.config, batches);
+  bool mqar = lm.config.data.source == "synthetic" && lm.config.data.task == "mqar";
+  nlohmann::ordered_json j;
+  j["checkpoint"] = checkpoint;
+  j["step"] = lm.checkpoint.step;
+  j["val_loss"] = r.loss;
+  j[mqar ? "mqar_accuracy" : "val_accuracy"] = r.accuracy;
+  j["val_targets"] = r.targets;
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Log lines and progress go to stderr: stdout carries only results (--print-config,
+  // `eval`'s JSON line, `sample`'s text).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lintrain"));
+  lt::log_init();
+  CLI::App app{
+      "trainer: train depth-2 KDA / RWKV6 language models (lintrain).\n"
+      "Runs on CUDA when a GPU is present, else on the CPU. Writes <out>/config.json, <out>/metrics.jsonl\n"
+      "and checkpoints <out>/step-NNNNNNNN/; running the same command again resumes."};
+  app.footer(std::string(kExamples) + lt::train::config_schema_help());
+  app.require_subcommand(0, 1);
+
+  std::string config_path, device, out, resume = "auto";
+  std::vector<std::string> sets;
+  int64_t steps = -1, seed = -1;
+  bool print_config = false;
+  app.add_option("--config", config_path, "JSON config file, e.g. configs/quick.json (keys: see below)");
+  app.add_option("--set", sets, "override one config key, typed by the schema: --set train.lr=1e-3 (repeatable)");
+  app.add_option("--device", device, "auto | cpu | cuda | cuda:N (config key 'device'), e.g. --device cpu");
+  app.add_option("--steps", steps, "total optimizer steps (config key train.steps), e.g. --steps 50");
+  app.add_option("--resume", resume,
+                 "auto: continue from the newest checkpoint in --out that verifies (default); none: start over "
+                 "(removes old checkpoints); or a checkpoint folder, e.g. --resume runs/quick/step-00000200");
+  app.add_option("--out", out, "output folder (config key 'out'), e.g. --out runs/try1");
+  app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
+  app.add_flag("--print-config", print_config, "print the effective config (file + overrides + defaults) as JSON and exit");
+
+  std::string ck, ex_out, prompt, s_device = "auto", e_device = "auto";
+  int64_t n_tokens = 64, top_k = 0, batches = 0;
+  double temperature = 0.0;
+  uint64_t s_seed = 1;
+  CLI::App* ex = app.add_subcommand("export", "write config.json + model.safetensors that fla's KDAForCausalLM / "
+                                              "RWKV6ForCausalLM load.\n  e.g. trainer export --checkpoint runs/quick/step-00000200 --out fla-model");
+  ex->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
+  ex->add_option("--out", ex_out, "output folder for config.json and model.safetensors")->required();
+  CLI::App* sa = app.add_subcommand("sample", "generate text (byte vocabularies) or token ids from a checkpoint.\n"
+                                              "  e.g. trainer sample --checkpoint runs/text/step-00002000 --prompt \"The \" --tokens 200 --temperature 0.8 --top-k 40");
+  sa->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
+  sa->add_option("--prompt", prompt, "prompt text (byte vocab) or token ids \"12 7 99\" (token data)")->required();
+  sa->add_option("--tokens", n_tokens, "tokens to generate (default 64)");
+  sa->add_option("--temperature", temperature, "softmax temperature; 0 = greedy (default 0)");
+  sa->add_option("--top-k", top_k, "sample among the k most likely tokens; 0 = all (default 0)");
+  sa->add_option("--seed", s_seed, "sampling seed (default 1)");
+  sa->add_option("--device", s_device, "auto | cpu | cuda[:N] (default auto)");
+  CLI::App* ev = app.add_subcommand("eval", "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
+                                            "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
+  ev->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
+  ev->add_option("--batches", batches, "validation batches (default: the run's train.eval_batches)");
+  ev->add_option("--device", e_device, "auto | cpu | cuda[:N] (default auto)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (ex->parsed()) return run_export(ck, ex_out);
+    if (sa->parsed()) return run_sample(ck, prompt, n_tokens, temperature, top_k, s_seed, s_device);
+    if (ev->parsed()) return run_eval(ck, batches, e_device);
+    if (config_path.empty()) {
+      std::fprintf(stderr, "trainer: --config FILE is required (e.g. trainer --config configs/quick.json); see --help\n");
+      return 2;
+    }
+    lt::train::RunConfig rc = build_config(config_path, sets, device, steps, out, seed);
+    if (print_config) {
+      std::cout << rc.effective.dump(2) << std::endl;
+      return 0;
+    }
+    lt::train::RunOptions opt;
+    opt.resume = resume;
+    opt.config_path = config_path;
+    switch (lt::train::train_run(rc, opt)) {
+      case lt::train::RunResult::finished: return 0;
+      case lt::train::RunResult::interrupted: return 0;
+      case lt::train::RunResult::too_many_skips: return 3;
+    }
+    return 1;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "trainer: bad input: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,109 @@
+// The training loop and the pieces the trainer's subcommands share (device choice, model
+// from a checkpoint, evaluation, sampling).
+//
+// One step (stages in the launch atlas / timers in brackets):
+//   ["data"]        grad_accum micro-batches from the loader; inv_count = 1 / (valid targets
+//                   over the whole step), so the loss is the mean over the step's tokens
+//   ["fwd_bwd"]     zero_grad, then Model::forward_backward per micro-batch (grads +=)
+//   ["optim/clip"]  grad norm; NaN/Inf loss or norm, or a loss spike beyond
+//                   train.spike_zscore standard deviations of the last train.spike_window
+//                   losses, skips the update (counted); train.max_consecutive_skips skips in a
+//                   row stop the run, leaving the last good checkpoint as it was
+//   ["optim/adamw"] AdamW at lr_at(schedule, step)
+//   ["eval"]        every train.eval_every steps: validation loss (+ accuracy; on MQAR the
+//                   recall accuracy) over train.eval_batches fresh validation batches
+//   ["checkpoint"]  every train.checkpoint_every steps and at the end
+// SIGINT / SIGTERM: the current step finishes, a checkpoint is written, the run returns
+// `interrupted` (exit 0) after saying how to resume.
+// Output folder: config.json (the effective config), metrics.jsonl (one JSON object per
+// logged step, {"type":"eval",...} for evaluations), step-NNNNNNNN/ checkpoints.
+// Resume on the CPU is exact: the trajectory after `--resume auto` is bit-identical to the
+// uninterrupted run's (weights, moments, counters, the data position and the spike window
+// are all in the checkpoint; the schedule is a pure function of the step).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/model/model.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/config.h"
+
+namespace lt::train {
+
+// What one step did, handed to the step listener after the step.
+struct StepStats {
+  int64_t step = 0;          // 1-based number of the step just finished
+  double loss = 0.0;         // mean token loss of the step
+  double lr = 0.0;
+  double grad_norm = 0.0;    // before clipping
+  bool skipped = false;
+  std::string skip_reason;   // "non-finite loss", "loss spike (z = 7.1)", ...
+  double ms = 0.0;           // wall time of the step
+  int64_t tokens = 0;        // tokens processed (B * T * grad_accum)
+};
+
+// Hooks around every step, for the per-stage timers (and anything else that must see
+// step boundaries). Called on the training thread.
+struct StepListener {
+  virtual ~StepListener() = default;
+  virtual void before_step(int64_t step) { (void)step; }          // step: 1-based, about to run
+  virtual void after_step(const StepStats& stats) { (void)stats; }
+};
+
+// The step now running (1-based; 0 outside training). Readable from any thread (the
+// allocator trace tags events with it).
+int64_t current_train_step();
+
+enum class RunResult : uint8_t { finished, interrupted, too_many_skips };
+
+struct RunOptions {
+  std::string resume = "auto";     // auto | none | a checkpoint folder
+  std::string config_path;         // shown in the resume hint
+  StepListener* listener = nullptr;
+  bool handle_signals = true;      // install the SIGINT / SIGTERM handlers
+};
+
+// Runs (or resumes) the training described by rc. Throws ConfigError for bad input found
+// before anything is written (data files, a checkpoint that does not fit the config, an
+// output folder that cannot be written); std::runtime_error for failures during the run.
+RunResult train_run(const RunConfig& rc, const RunOptions& options);
+
+// "auto" -> cuda:0 when CUDA works, else cpu; "cpu"; "cuda" / "cuda:N" (ConfigError naming
+// the key when CUDA is not usable).
+Device resolve_device(const std::string& spec);
+
+// A model built from a checkpoint folder's config and weights, on `device`. need_data:
+// the run's data files must exist (eval); otherwise a missing data.path is tolerated.
+struct LoadedModel {
+  RunConfig config;
+  std::unique_ptr<model::Model> model;
+  Checkpoint checkpoint;
+};
+LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string& device_spec, bool need_data);
+
+struct EvalResult {
+  double loss = 0.0;        // mean token loss over the batches
+  double accuracy = 0.0;    // argmax == target over the scored targets
+  int64_t targets = 0;      // scored targets
+};
+// Validation loss and accuracy over `batches` fresh validation batches (the same batches
+// every call: the validation loader restarts from the seed).
+EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches);
+
+// Autoregressive sampling from `prompt`: n tokens, temperature (0: greedy) and top-k (0: all),
+// deterministic by seed.
+std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& prompt, int64_t n,
+                                   double temperature, int64_t top_k, uint64_t seed);
+
+// Text for sampled tokens: bytes for byte vocabularies (source text / synthetic bytes); for
+// token data, decoded with the tokenizer.json beside the shards when there is one, else the ids.
+std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& tokens);
+// The prompt as tokens: bytes for byte vocabularies, else the tokenizer's encoding is not
+// available here, so ids separated by spaces or commas ("12 7 99").
+std::vector<int32_t> encode_prompt(const RunConfig& rc, const std::string& prompt);
+
+}  // namespace lt::train

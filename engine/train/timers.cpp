@@ -1,0 +1,423 @@
+#include "engine/train/timers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "allocator/caching_allocator.h"
+#include "kernels/launch.h"
+
+#if LINTRAIN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace lt::train {
+
+const char* const kTimerGrammar = "off | all | step%N | step=N | step=A..B";
+
+namespace {
+
+[[noreturn]] void bad_spec(const std::string& text, const std::string& why) {
+  throw std::invalid_argument("--timers '" + text + "': " + why + " (expected " + kTimerGrammar +
+                              "; steps count from 0, the first step after warm-up)");
+}
+
+int64_t parse_count(const std::string& text, const std::string& digits) {
+  if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos)
+    bad_spec(text, "'" + digits + "' is not a step number");
+  return std::stoll(digits);
+}
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_bucket(const std::string& c) { return c == "fwd" || c == "bwd" || c == "optim"; }
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t slash = path.find('/', start);
+    out.push_back(path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TimerSpec TimerSpec::parse(const std::string& text) {
+  TimerSpec s;
+  if (text == "off" || text.empty()) return s;
+  if (text == "all") {
+    s.kind = Kind::all;
+    return s;
+  }
+  if (text.rfind("step%", 0) == 0) {
+    s.kind = Kind::every;
+    s.a = parse_count(text, text.substr(5));
+    if (s.a < 1) bad_spec(text, "N in step%N must be >= 1");
+    return s;
+  }
+  if (text.rfind("step=", 0) == 0) {
+    const std::string rest = text.substr(5);
+    const size_t dots = rest.find("..");
+    if (dots == std::string::npos) {
+      s.kind = Kind::one;
+      s.a = parse_count(text, rest);
+      return s;
+    }
+    s.kind = Kind::range;
+    s.a = parse_count(text, rest.substr(0, dots));
+    s.b = parse_count(text, rest.substr(dots + 2));
+    if (s.a > s.b) bad_spec(text, "A > B in step=A..B");
+    return s;
+  }
+  bad_spec(text, "unknown form");
+}
+
+bool TimerSpec::timed(int64_t step) const {
+  if (step < 0) return false;
+  switch (kind) {
+    case Kind::off: return false;
+    case Kind::all: return true;
+    case Kind::every: return step % a == 0;
+    case Kind::one: return step == a;
+    case Kind::range: return step >= a && step <= b;
+  }
+  return false;
+}
+
+std::string TimerSpec::str() const {
+  switch (kind) {
+    case Kind::off: return "off";
+    case Kind::all: return "all";
+    case Kind::every: return "step%" + std::to_string(a);
+    case Kind::one: return "step=" + std::to_string(a);
+    case Kind::range: return "step=" + std::to_string(a) + ".." + std::to_string(b);
+  }
+  return "off";
+}
+
+// ---- StepTiming ------------------------------------------------------------------------
+
+std::string StepTiming::table() const {
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof line, "timers: step %lld  %.3f ms/step  (fwd %.3f  bwd %.3f  optim %.3f ms)  %lld launches\n",
+                static_cast<long long>(step), step_ms, fwd_ms, bwd_ms, optim_ms, static_cast<long long>(launches));
+  os << line;
+  std::snprintf(line, sizeof line, "  %-48s %6s %8s %10s %10s %7s\n", "stage", "calls", "launches", "incl ms",
+                "self ms", "share");
+  os << line;
+  for (const StageTime& s : stages) {
+    const std::string name = std::string(static_cast<size_t>(2 * s.depth), ' ') + split_path(s.stage).back();
+    std::snprintf(line, sizeof line, "  %-48s %6lld %8lld %10.3f %10.3f %6.1f%%\n", name.c_str(),
+                  static_cast<long long>(s.calls), static_cast<long long>(s.launches), s.inclusive_ms, s.self_ms,
+                  100.0 * s.share);
+    os << line;
+  }
+  return os.str();
+}
+
+nlohmann::json StepTiming::to_json() const {
+  nlohmann::json j;
+  j["kind"] = "timers";
+  j["step"] = step;
+  j["step_ms"] = step_ms;
+  j["fwd_ms"] = fwd_ms;
+  j["bwd_ms"] = bwd_ms;
+  j["optim_ms"] = optim_ms;
+  j["launches"] = launches;
+  nlohmann::json arr = nlohmann::json::array();
+  for (const StageTime& s : stages)
+    arr.push_back({{"stage", s.stage}, {"calls", s.calls}, {"launches", s.launches}, {"ms", s.inclusive_ms},
+                   {"self_ms", s.self_ms}, {"share", s.share}});
+  j["stages"] = std::move(arr);
+  return j;
+}
+
+// ---- StageTimer -----------------------------------------------------------------------
+
+struct StageTimer::Impl {
+  // One stage boundary: which stage, entering or leaving, and when (an event of the pool
+  // on CUDA, a steady-clock reading on the CPU), with the allocator's bytes at that point.
+  struct Mark {
+    std::string stage;
+    bool entering = false;
+    int event = -1;        // index into `events` (CUDA)
+    int64_t host_ns = 0;   // steady clock (CPU; and the host side of every mark)
+    uintptr_t stream = 0;
+    int64_t in_use = 0, reserved = 0;
+  };
+  struct Slice {
+    std::string stage;
+    uintptr_t stream = 0;
+    double begin_us = 0.0, dur_us = 0.0;
+  };
+  struct Sample {
+    double ts_us = 0.0;
+    int64_t in_use = 0, reserved = 0;
+  };
+
+  Device device;
+  std::vector<void*> events;  // cudaEvent_t, created in the constructor (more only if a step needs more)
+  int next_event = 0;
+  std::mutex mutex;
+  std::thread::id owner;
+  bool active = false;
+  int64_t step = 0;
+  int64_t start_ns = 0;
+  int start_event = -1;
+  std::vector<Mark> marks;
+  std::map<std::string, int64_t> atlas_before;
+  // chrome trace, over all timed steps
+  int64_t trace_origin_ns = -1;
+  std::vector<Slice> slices;
+  std::vector<Sample> samples;
+  std::vector<std::pair<double, int64_t>> step_launches;
+
+  explicit Impl(Device d) : device(d) {
+#if LINTRAIN_WITH_CUDA
+    if (device.is_cuda()) grow_pool(512);
+#endif
+  }
+  ~Impl() {
+#if LINTRAIN_WITH_CUDA
+    for (void* e : events) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
+  }
+
+  void grow_pool(size_t n) {
+#if LINTRAIN_WITH_CUDA
+    set_device(device);
+    while (events.size() < n) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) throw std::runtime_error("timers: cudaEventCreate failed");
+      events.push_back(e);
+    }
+#else
+    (void)n;
+#endif
+  }
+
+  alloc::CachingAllocator& allocator() {
+    return device.is_cuda() ? alloc::cuda_allocator(device.index) : alloc::host_allocator();
+  }
+
+  void mark(const std::string& stage, bool entering) {
+    Mark m;
+    m.stage = stage;
+    m.entering = entering;
+    m.host_ns = steady_ns();
+    const alloc::Stats st = allocator().stats();
+    m.in_use = st.allocated_bytes.current;
+    m.reserved = st.reserved_bytes.current;
+#if LINTRAIN_WITH_CUDA
+    if (device.is_cuda()) {
+      if (static_cast<size_t>(next_event) >= events.size()) grow_pool(events.size() * 2);
+      m.event = next_event++;
+      const Stream s = current_stream(device);
+      m.stream = s.id();
+      cudaEventRecord(static_cast<cudaEvent_t>(events[static_cast<size_t>(m.event)]),
+                      static_cast<cudaStream_t>(s.handle()));
+    }
+#endif
+    marks.push_back(std::move(m));
+  }
+
+  // Milliseconds from the step's start mark to `m`.
+  double ms_of(const Mark& m) const {
+#if LINTRAIN_WITH_CUDA
+    if (device.is_cuda()) {
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events[static_cast<size_t>(start_event)]),
+                           static_cast<cudaEvent_t>(events[static_cast<size_t>(m.event)]));
+      return static_cast<double>(ms);
+    }
+#endif
+    return static_cast<double>(m.host_ns - start_ns) / 1e6;
+  }
+};
+
+StageTimer::StageTimer(Device device) : impl_(std::make_unique<Impl>(device)) {}
+
+StageTimer::~StageTimer() {
+  if (impl_ && impl_->active) set_stage_listener(nullptr);
+}
+
+bool StageTimer::active() const { return impl_->active; }
+
+void StageTimer::begin_step(int64_t step) {
+  Impl& I = *impl_;
+  if (I.active) throw std::logic_error("StageTimer::begin_step: step " + std::to_string(I.step) + " is still open");
+  I.active = true;
+  I.step = step;
+  I.owner = std::this_thread::get_id();
+  I.marks.clear();
+  I.next_event = 0;
+  I.atlas_before.clear();
+  for (const StageLaunches& s : launch_atlas()) I.atlas_before[s.stage] = s.launches;
+  I.mark("", true);
+  I.start_event = I.marks.back().event;
+  I.start_ns = I.marks.back().host_ns;
+  if (I.trace_origin_ns < 0) I.trace_origin_ns = I.start_ns;
+  Impl* raw = &I;
+  set_stage_listener([raw](const std::string& stage, bool entering) {
+    // Stages entered on other threads (a data prefetch thread) are not part of the step.
+    if (std::this_thread::get_id() != raw->owner) return;
+    std::lock_guard<std::mutex> lock(raw->mutex);
+    // Leaving reports the path being left; entering reports the new path.
+    raw->mark(stage, entering);
+  });
+}
+
+StepTiming StageTimer::end_step() {
+  Impl& I = *impl_;
+  if (!I.active) throw std::logic_error("StageTimer::end_step without begin_step");
+  set_stage_listener(nullptr);
+  I.mark("", false);
+  I.active = false;
+#if LINTRAIN_WITH_CUDA
+  if (I.device.is_cuda())
+    cudaEventSynchronize(static_cast<cudaEvent_t>(I.events[static_cast<size_t>(I.marks.back().event)]));
+#endif
+  StepTiming t;
+  t.step = I.step;
+  t.step_ms = I.ms_of(I.marks.back());
+
+  // Scopes: match each leave with its enter (scopes nest, so a stack suffices).
+  struct Agg {
+    int64_t calls = 0;
+    double inclusive = 0.0;
+  };
+  std::map<std::string, Agg> agg;
+  std::vector<std::pair<std::string, double>> stack;
+  const double step_base_us = static_cast<double>(I.start_ns - I.trace_origin_ns) / 1e3;
+  for (size_t i = 1; i + 1 < I.marks.size(); ++i) {
+    const Impl::Mark& m = I.marks[i];
+    const double at = I.ms_of(m);
+    I.samples.push_back({step_base_us + at * 1e3, m.in_use, m.reserved});
+    if (m.entering) {
+      stack.emplace_back(m.stage, at);
+    } else if (!stack.empty() && stack.back().first == m.stage) {
+      const double begin = stack.back().second;
+      stack.pop_back();
+      Agg& a = agg[m.stage];
+      a.calls += 1;
+      a.inclusive += at - begin;
+      I.slices.push_back({m.stage, m.stream, step_base_us + begin * 1e3, (at - begin) * 1e3});
+    }
+  }
+
+  // Launches over the step, per exact path.
+  std::map<std::string, int64_t> launched;
+  for (const StageLaunches& s : launch_atlas()) {
+    auto it = I.atlas_before.find(s.stage);
+    const int64_t d = s.launches - (it == I.atlas_before.end() ? 0 : it->second);
+    if (d != 0) launched[s.stage] = d;
+    t.launches += d;
+  }
+  I.step_launches.emplace_back(step_base_us, t.launches);
+
+  // The nearest timed ancestor of each stage decides the tree and the self times.
+  auto parent_of = [&](const std::string& path) -> std::string {
+    std::string p = path;
+    while (true) {
+      const size_t slash = p.rfind('/');
+      if (slash == std::string::npos) return "";
+      p.resize(slash);
+      if (agg.count(p)) return p;
+    }
+  };
+  std::map<std::string, double> children_ms;
+  double top_ms = 0.0;
+  for (const auto& [path, a] : agg) {
+    const std::string parent = parent_of(path);
+    if (parent.empty())
+      top_ms += a.inclusive;
+    else
+      children_ms[parent] += a.inclusive;
+  }
+  // Depth-first order: std::map orders "a" < "a/b" < "a/c" < "b" when '/' sorts below the
+  // name characters, which holds for stage names made of [A-Za-z0-9_].
+  for (const auto& [path, a] : agg) {
+    StageTime s;
+    s.stage = path;
+    int depth = 0;
+    for (std::string p = parent_of(path); !p.empty(); p = parent_of(p)) ++depth;
+    s.depth = depth;
+    s.calls = a.calls;
+    s.inclusive_ms = a.inclusive;
+    s.self_ms = a.inclusive - children_ms[path];
+    s.share = t.step_ms > 0.0 ? a.inclusive / t.step_ms : 0.0;
+    for (const auto& [lp, n] : launched)
+      if (lp == path || (lp.size() > path.size() && lp.compare(0, path.size(), path) == 0 && lp[path.size()] == '/'))
+        s.launches += n;
+    const std::vector<std::string> comps = split_path(path);
+    bool bucket_ancestor = false;
+    for (size_t c = 0; c + 1 < comps.size(); ++c) bucket_ancestor |= is_bucket(comps[c]);
+    if (!bucket_ancestor) {
+      if (comps.back() == "fwd") t.fwd_ms += a.inclusive;
+      if (comps.back() == "bwd") t.bwd_ms += a.inclusive;
+      if (comps.back() == "optim") t.optim_ms += a.inclusive;
+    }
+    t.stages.push_back(std::move(s));
+  }
+  if (!agg.empty() || t.launches > 0) {
+    StageTime outside;
+    outside.stage = "(outside stages)";
+    outside.inclusive_ms = outside.self_ms = t.step_ms - top_ms;
+    outside.share = t.step_ms > 0.0 ? outside.inclusive_ms / t.step_ms : 0.0;
+    auto it = launched.find("(none)");
+    outside.launches = it == launched.end() ? 0 : it->second;
+    t.stages.push_back(std::move(outside));
+  }
+  return t;
+}
+
+nlohmann::json StageTimer::chrome_trace() const {
+  const Impl& I = *impl_;
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "lintrain " + I.device.str()}}}});
+  std::map<uintptr_t, bool> streams;
+  for (const Impl::Slice& s : I.slices) {
+    streams[s.stream] = true;
+    events.push_back({{"ph", "X"}, {"name", s.stage}, {"cat", "stage"}, {"pid", 0}, {"tid", s.stream},
+                      {"ts", s.begin_us}, {"dur", s.dur_us}});
+  }
+  for (const auto& [id, unused] : streams) {
+    (void)unused;
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", id},
+                      {"args", {{"name", id == 0 ? std::string("default stream") : "stream " + std::to_string(id)}}}});
+  }
+  for (const Impl::Sample& s : I.samples)
+    events.push_back({{"ph", "C"}, {"name", "allocator bytes"}, {"pid", 0}, {"ts", s.ts_us},
+                      {"args", {{"in_use", s.in_use}, {"reserved", s.reserved}}}});
+  for (const auto& [ts, n] : I.step_launches)
+    events.push_back({{"ph", "C"}, {"name", "launches per step"}, {"pid", 0}, {"ts", ts}, {"args", {{"launches", n}}}});
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+void StageTimer::write_chrome_trace(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("timers: cannot write the trace file '" + path + "'");
+    f << chrome_trace().dump();
+    if (!f) throw std::runtime_error("timers: writing the trace file '" + path + "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("timers: cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+}  // namespace lt::train

@@ -1,0 +1,34 @@
+// The cross-entropy row kernel (engine: engine/nn/cross_entropy.h, which wraps it in the
+// chunked LM head; CPU: kernels/cpu/cross_entropy.cpp, CUDA: kernels/cuda/cross_entropy.cu).
+//
+// Per row r of logits z [n, V] (row stride ld), target t = targets[r]:
+//   m = max_j z_j, lse = m + log sum_j exp(z_j - m)
+//   row_loss[r] = lse - z_t                                    (0 when t == ignore_index)
+//   write_grad: z_j <- (exp(z_j - m) / sum - [j == t]) * inv_count   in place (0 on
+//               ignored rows)
+//   correct (optional): 1 when argmax_j z_j == t (first index of the max), else 0; -1 on
+//               ignored rows
+// Logits f32 (f64 on the CPU and CUDA for reference runs); row_loss in the logits' dtype.
+// A target outside [0, V) other than ignore_index: the CPU kernel throws naming it; the
+// CUDA kernel writes NaN into that row's loss (and gradient), so the reported loss is NaN.
+#pragma once
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace lt::kern {
+
+struct CrossEntropyParams {
+  int64_t n = 0, V = 0;
+  void* logits = nullptr;  // [n, V], row stride ld; overwritten by dlogits when write_grad
+  int64_t ld = 0;
+  const void* targets = nullptr;  // [n] contiguous
+  DType target_dtype = DType::i64;
+  int64_t ignore_index = -100;
+  double inv_count = 1.0;
+  bool write_grad = false;
+  void* row_loss = nullptr;   // [n] contiguous, logits dtype
+  int32_t* correct = nullptr; // [n] contiguous, optional
+};
+
+}  // namespace lt::kern

@@ -1,0 +1,139 @@
+// Cross-entropy rows, CUDA backend (twin: kernels/cpu/cross_entropy.cpp; contract:
+// kernels/cross_entropy.h). f32 and f64 logits.
+//
+// One block of kRowThreads per row (grid-stride over rows), two passes over the row:
+//   1. statistics: each thread scans j = tid, tid + kRowThreads, ... keeping an online
+//      (max, first index of the max, sum of exp(z - max)), rescaling its sum when the max
+//      grows; the block merges them in a fixed shuffle / shared-memory tree (larger max
+//      wins, a tie goes to the smaller index: the first index of the row's maximum, as on
+//      the CPU). Deterministic; the sum is accumulated in the logits' dtype, not the CPU's
+//      f64, so compare with a tolerance;
+//   2. the gradient written in place.
+// z[target] is read by every thread before the block's first barrier, so pass 2's writes
+// cannot race with it. A target outside [0, V) (and not ignore_index) gives NaN loss and
+// gradient for its row.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cross_entropy.h"
+#include "kernels/cuda/grid.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/launch.h"
+#include "kernels/table.h"
+
+namespace lt::kern::cuda {
+namespace {
+
+constexpr int kRowThreads = 512;
+constexpr int kWarps = kRowThreads / 32;
+constexpr int64_t kNoIndex = INT64_MAX;  // argmax candidate of a thread without elements
+
+// A partial softmax statistic over some elements of a row: their maximum, the first index
+// holding it, and sum of exp(z - max) (0 for no elements).
+template <class T>
+struct RowStats {
+  T max;
+  T sum;
+  int64_t index;
+};
+
+// Merges b into a: the larger max (on a tie the smaller index), the sums rescaled to it.
+template <class T>
+__device__ __forceinline__ RowStats<T> merge(RowStats<T> a, RowStats<T> b) {
+  const bool take_b = b.max > a.max || (b.max == a.max && b.index < a.index);
+  const T m = take_b ? b.max : a.max;
+  // an empty side (sum 0, max -inf) must add 0, not 0 * exp(-inf - -inf) = NaN
+  const T sa = a.sum == T(0) ? T(0) : a.sum * math::exp(a.max - m);
+  const T sb = b.sum == T(0) ? T(0) : b.sum * math::exp(b.max - m);
+  return {m, sa + sb, take_b ? b.index : a.index};
+}
+
+// The row's statistic, the same in every thread: a shuffle tree in each warp, then the
+// warps' results merged in warp order (a fixed order: deterministic).
+template <class T>
+__device__ RowStats<T> block_row_stats(RowStats<T> v, RowStats<T>* shared) {
+  for (int s = 16; s > 0; s /= 2) {
+    RowStats<T> o;
+    o.max = __shfl_xor_sync(0xffffffffu, v.max, s);
+    o.sum = __shfl_xor_sync(0xffffffffu, v.sum, s);
+    o.index = __shfl_xor_sync(0xffffffffu, v.index, s);
+    v = merge(v, o);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  RowStats<T> r = shared[0];
+  for (int w = 1; w < kWarps; ++w) r = merge(r, shared[w]);
+  __syncthreads();  // shared is reused by the next row
+  return r;
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyParams p) {
+  __shared__ RowStats<T> stats_shared[kWarps];
+  const int tid = static_cast<int>(threadIdx.x);
+  const T scale = static_cast<T>(p.inv_count);
+  const T nan = static_cast<T>(NAN);
+  for (int64_t r = blockIdx.x; r < p.n; r += gridDim.x) {
+    T* z = static_cast<T*>(p.logits) + r * p.ld;
+    const int64_t t = static_cast<int64_t>(static_cast<const I*>(p.targets)[r]);
+    const bool ignored = t == p.ignore_index;
+    const bool bad = !ignored && (t < 0 || t >= p.V);
+    const T z_t = (ignored || bad) ? T(0) : z[t];
+
+    // online max / sum over this thread's elements (rescaled when the max grows)
+    RowStats<T> mine{-static_cast<T>(INFINITY), T(0), kNoIndex};
+    for (int64_t j = tid; j < p.V; j += kRowThreads) {
+      const T v = z[j];
+      if (v > mine.max) {
+        mine.sum = mine.sum == T(0) ? T(1) : mine.sum * math::exp(mine.max - v) + T(1);
+        mine.max = v;
+        mine.index = j;
+      } else {
+        mine.sum += math::exp(v - mine.max);
+      }
+    }
+    const RowStats<T> row = block_row_stats(mine, stats_shared);
+
+    if (tid == 0) {
+      const T lse = row.max + math::log(row.sum);
+      static_cast<T*>(p.row_loss)[r] = ignored ? T(0) : (bad ? nan : lse - z_t);
+      if (p.correct) p.correct[r] = ignored ? -1 : (row.index == t ? 1 : 0);
+    }
+    if (p.write_grad) {
+      const T inv_sum = T(1) / row.sum;
+      for (int64_t j = tid; j < p.V; j += kRowThreads) {
+        T g;
+        if (ignored) g = T(0);
+        else if (bad) g = nan;
+        else g = (math::exp(z[j] - row.max) * inv_sum - (j == t ? T(1) : T(0))) * scale;
+        z[j] = g;
+      }
+    }
+  }
+}
+
+template <class T>
+void launch(const CrossEntropyParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.n < kMaxBlocks ? p.n : kMaxBlocks));
+  if (p.target_dtype == DType::i32) {
+    auto kernel = cross_entropy_rows<T, int32_t>;
+    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
+  } else if (p.target_dtype == DType::i64) {
+    auto kernel = cross_entropy_rows<T, int64_t>;
+    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
+  } else {
+    unsupported_dtype("cuda", "cross_entropy", p.target_dtype);
+  }
+}
+
+}  // namespace
+
+void cross_entropy(DType dtype, const CrossEntropyParams& p, uintptr_t stream) {
+  if (p.n == 0) return;
+  if (dtype == DType::f32) launch<float>(p, as_stream(stream));
+  else if (dtype == DType::f64) launch<double>(p, as_stream(stream));
+  else unsupported_dtype("cuda", "cross_entropy", dtype);
+}
+
+}  // namespace lt::kern::cuda

@@ -1,0 +1,208 @@
+// Row normalisation, CUDA backend (twin: kernels/cpu/norm.cpp; math and layout: kernels/norm.h).
+// f32 and bf16 activations; weights, statistics and every sum in f32.
+//
+// Forward: one warp per row (lane l owns columns l, l + 32, ...; rows are contiguous, so each
+// pass over a row is a coalesced sweep), 8 warps a block, warps stride over the rows. Row sums
+// are a per-lane sequential sum and a butterfly (xor-shuffle) tree: deterministic.
+// Backward, two launches:
+//   norm_backward_rows    one block per weight-gradient slot (kernels/norm.h); its warps take
+//                         the slot's rows in turn, one warp a row: dx (and dg) written, and
+//                         e xh (and e) added into the warp's own [acc, L] partial in shared
+//                         memory (each lane only touches its own columns: no races, no
+//                         atomics); at the end the warps' partials are summed in warp order
+//                         into scratch[slot]. When even one warp's partial exceeds the 48 KiB
+//                         of static shared memory (L > 6144 with a bias, 12288 without), the
+//                         block is one warp accumulating straight into scratch[slot].
+//   norm_weight_reduce    thread per (acc, h, j): dw[h, j] += sum_{s < S} scratch[s P + h]
+//                         in ascending s.
+// Every launch is deterministic: the same inputs give bit-identical outputs run to run.
+// Summation orders differ from the CPU twin's (compare with a tolerance).
+#include "kernels/cuda/grid.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/launch.h"
+#include "kernels/norm.h"
+#include "kernels/table.h"
+
+namespace lt::kern::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kForwardWarps = 8;    // warps per forward block
+constexpr int kBackwardWarps = 8;   // most warps per backward block
+constexpr int64_t kPartialSmemBytes = 48 * 1024;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// mean and rstd of one row, computed by the whole warp (every lane gets both).
+template <class T>
+__device__ __forceinline__ void row_stats(const T* xr, int64_t L, bool center, float eps, int lane, float& mu,
+                                          float& rs) {
+  const float inv_len = 1.0f / static_cast<float>(L);
+  mu = 0.0f;
+  if (center) {
+    float s = 0.0f;
+    for (int64_t j = lane; j < L; j += kWarp) s += load_as_compute(xr[j]);
+    mu = warp_sum(s) * inv_len;
+  }
+  float ss = 0.0f;
+  for (int64_t j = lane; j < L; j += kWarp) {
+    const float v = load_as_compute(xr[j]) - mu;
+    ss += v * v;
+  }
+  rs = 1.0f / sqrtf(warp_sum(ss) * inv_len + eps);
+}
+
+template <class T>
+__global__ void norm_forward_rows(NormParams p) {
+  const T* x = static_cast<const T*>(p.x);
+  const T* g = static_cast<const T*>(p.g);
+  const float* w = static_cast<const float*>(p.w);
+  const float* b = static_cast<const float*>(p.b);
+  T* y = static_cast<T*>(p.y);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t L = p.len;
+  const float eps = static_cast<float>(p.eps);
+  const int64_t nwarps = grid_threads() / kWarp;
+  for (int64_t r = global_thread() / kWarp; r < p.rows; r += nwarps) {
+    const T* xr = x + r * L;  // [L]
+    const int64_t h = r % p.period;
+    float mu, rs;
+    row_stats(xr, L, p.center, eps, lane, mu, rs);
+    if (lane == 0) {
+      if (p.center) static_cast<float*>(p.mean)[r] = mu;
+      static_cast<float*>(p.rstd)[r] = rs;
+    }
+    for (int64_t j = lane; j < L; j += kWarp) {
+      float v = (load_as_compute(xr[j]) - mu) * rs * w[h * L + j];
+      if (p.bias) v += b[h * L + j];
+      if (p.gate) v *= sigmoidf(load_as_compute(g[r * L + j]));
+      y[r * L + j] = store_from_compute<T>(v);
+    }
+  }
+}
+
+// One block per slot (blockIdx.x); partials_in_smem selects where the warps accumulate.
+template <class T>
+__global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_in_smem) {
+  extern __shared__ float smem_partial[];  // [warps, acc, L] when partials_in_smem
+  const T* x = static_cast<const T*>(p.x);
+  const T* g = static_cast<const T*>(p.g);
+  const T* dy = static_cast<const T*>(p.dy);
+  const float* w = static_cast<const float*>(p.w);
+  const float* b = static_cast<const float*>(p.b);
+  const float* mean = static_cast<const float*>(p.mean);
+  const float* rstd = static_cast<const float*>(p.rstd);
+  T* dx = static_cast<T*>(p.dx);
+  T* dg = static_cast<T*>(p.dg);
+  float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+  const int64_t L = p.len, P = p.period;
+  const int64_t nacc = p.bias ? 2 : 1;
+  const int64_t slot = blockIdx.x, h = slot % P, s = slot / P;
+  const float inv_len = 1.0f / static_cast<float>(L);
+
+  float* acc_w = partials_in_smem ? smem_partial + warp * nacc * L : scratch + slot * nacc * L;  // [L]
+  float* acc_b = acc_w + L;                                                                    // [L] (bias)
+  // lane l owns columns j = l (mod 32) of both partials from here to the block reduction
+  for (int64_t j = lane; j < L; j += kWarp) {
+    acc_w[j] = 0.0f;
+    if (p.bias) acc_b[j] = 0.0f;
+  }
+
+  const int64_t per_head = p.rows / P;
+  const int64_t m_end = norm_slice_begin(per_head, slices, s + 1);
+  const float* wh = w + h * L;
+  for (int64_t m = norm_slice_begin(per_head, slices, s) + warp; m < m_end; m += nwarps) {
+    const int64_t r = h + P * m;
+    const T* xr = x + r * L;
+    const T* dyr = dy + r * L;
+    const float mu = p.center ? mean[r] : 0.0f;
+    const float rs = rstd[r];
+    // pass 1: the two row means, dg, and this warp's weight-gradient partials
+    float sum_d = 0.0f, sum_dxh = 0.0f;
+    for (int64_t j = lane; j < L; j += kWarp) {
+      const float xh = (load_as_compute(xr[j]) - mu) * rs;
+      float e = load_as_compute(dyr[j]);
+      if (p.gate) {
+        const float sg = sigmoidf(load_as_compute(g[r * L + j]));
+        const float pre = xh * wh[j] + (p.bias ? b[h * L + j] : 0.0f);
+        dg[r * L + j] = store_from_compute<T>(e * pre * sg * (1.0f - sg));
+        e *= sg;
+      }
+      const float d = e * wh[j];
+      sum_d += d;
+      sum_dxh += d * xh;
+      acc_w[j] += e * xh;
+      if (p.bias) acc_b[j] += e;
+    }
+    const float c1 = p.center ? warp_sum(sum_d) * inv_len : 0.0f;
+    const float c2 = warp_sum(sum_dxh) * inv_len;
+    // pass 2: dx (the row is still in L1)
+    for (int64_t j = lane; j < L; j += kWarp) {
+      const float xh = (load_as_compute(xr[j]) - mu) * rs;
+      float e = load_as_compute(dyr[j]);
+      if (p.gate) e *= sigmoidf(load_as_compute(g[r * L + j]));
+      dx[r * L + j] = store_from_compute<T>(rs * (e * wh[j] - c1 - xh * c2));
+    }
+  }
+  if (!partials_in_smem) return;
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < nacc * L; k += blockDim.x) {
+    float sum = 0.0f;
+    for (int v = 0; v < nwarps; ++v) sum += smem_partial[v * nacc * L + k];
+    scratch[slot * nacc * L + k] = sum;
+  }
+}
+
+__global__ void norm_weight_reduce(NormParams p, int64_t slices) {
+  const float* scratch = static_cast<const float*>(p.scratch);  // [G, acc, L]
+  const int64_t L = p.len, P = p.period;
+  const int64_t nacc = p.bias ? 2 : 1;
+  for (int64_t i = global_thread(); i < nacc * P * L; i += grid_threads()) {
+    const int64_t a = i / (P * L), hj = i % (P * L), h = hj / L, j = hj % L;
+    float sum = 0.0f;
+    for (int64_t s = 0; s < slices; ++s) sum += scratch[((s * P + h) * nacc + a) * L + j];
+    float* out = static_cast<float*>(a == 0 ? p.dw : p.db);
+    out[hj] += sum;
+  }
+}
+
+template <class T>
+void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
+  if (pass == NormPass::forward) {
+    auto kernel = norm_forward_rows<T>;
+    const int threads = kForwardWarps * kWarp;
+    LT_LAUNCH(kernel, grid_for(p.rows * kWarp, threads), threads, 0, stream, p);
+    return;
+  }
+  const int64_t slices = norm_slices_per_head(p.rows, p.period);
+  const int64_t slots = slices * p.period;
+  const int64_t partial_bytes = (p.bias ? 2 : 1) * p.len * static_cast<int64_t>(sizeof(float));  // one warp's
+  int warps = kBackwardWarps;
+  while (warps > 1 && warps * partial_bytes > kPartialSmemBytes) warps /= 2;
+  const bool in_smem = warps * partial_bytes <= kPartialSmemBytes;
+  const size_t smem = in_smem ? static_cast<size_t>(warps * partial_bytes) : 0;
+  auto rows_kernel = norm_backward_rows<T>;
+  LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices, in_smem);
+  const int64_t outputs = (p.bias ? 2 : 1) * p.period * p.len;
+  LT_LAUNCH(norm_weight_reduce, grid_for(outputs), kThreads, 0, stream, p, slices);
+}
+
+}  // namespace
+
+void norm(NormPass pass, DType dtype, const NormParams& p, uintptr_t stream) {
+  if (p.rows == 0) return;
+  switch (dtype) {
+    case DType::f32: launch_norm<float>(pass, p, as_stream(stream)); break;
+    case DType::bf16: launch_norm<bfloat16>(pass, p, as_stream(stream)); break;
+    default: unsupported_dtype("cuda", "norm", dtype);
+  }
+}
+
+}  // namespace lt::kern::cuda

@@ -1,0 +1,134 @@
+// The depth-2 model on CUDA against the CPU: one training step (forward, loss, backward) on
+// the same weights and batch. fp32: the CUDA step (fused KDA kernels, cuBLAS fp32 GEMMs)
+// against the CPU step (KDA ops path, f64-accumulating GEMMs); bf16 mode against the CUDA
+// fp32 step. Allocator poison on, so an unwritten element shows up as a NaN.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "engine/model/model.h"
+#include "engine/ops.h"
+
+using lt::DType;
+using lt::Device;
+using lt::Tensor;
+using namespace lt::model;
+
+namespace {
+
+ModelConfig cuda_config(Precision p) {
+  ModelConfig c;
+  c.arch = Arch::kda;
+  c.vocab_size = 512;
+  c.hidden_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.head_dim = 64;   // the fused kernels' head size
+  c.chunk = 64;
+  c.precision = p;
+  return c;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored) {
+  const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
+  std::vector<int64_t> ids(u.size());
+  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
+  return Tensor::from_vector(ids, {B, T}, DType::i32);
+}
+
+// max |a - b| / max |ref| over the tensor (inf on a NaN).
+double rel(const Tensor& a, const Tensor& ref) {
+  const std::vector<double> x = a.to_vector(), r = ref.to_vector();
+  double m = 0, d = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(r[i])) return INFINITY;
+    m = std::max(m, std::fabs(r[i]));
+    d = std::max(d, std::fabs(x[i] - r[i]));
+  }
+  return d / std::max(m, 1e-30);
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<lt::io::NamedTensor> grads;  // on the CPU
+  int64_t mallocs_after_first = 0;
+};
+
+// Loads `weights` (a CPU f32 parameter arena), runs `steps` steps on `device`.
+StepResult step(const ModelConfig& c, Device device, const Tensor& weights, const Tensor& tokens, const Tensor& targets,
+                double inv_count, int steps) {
+  Model m(c, device);
+  m.arenas().params.copy_(weights);
+  m.refresh_shadow();
+  Tensor loss = Tensor::zeros({}, DType::f32, device);
+  const Tensor tok = tokens.to(device), tgt = targets.to(device);
+  StepResult r;
+  int64_t after_first = 0;
+  for (int s = 0; s < steps; ++s) {
+    m.zero_grad();
+    loss.zero_();
+    m.forward_backward(tok, tgt, inv_count, loss);
+    if (s == 0 && device.is_cuda()) {
+      lt::synchronize(device);
+      after_first = lt::alloc::cuda_allocator(device.index).stats().num_device_alloc;
+    }
+  }
+  lt::synchronize(device);
+  if (device.is_cuda()) r.mallocs_after_first = lt::alloc::cuda_allocator(device.index).stats().num_device_alloc - after_first;
+  r.loss = loss.item();
+  for (const lt::io::NamedTensor& g : m.named_grads()) r.grads.push_back({g.name, g.tensor.to(Device::cpu()).clone()});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("model CUDA: fp32 and bf16 training steps against the CPU step", "[model][cuda]") {
+  lt::alloc::CachingAllocator& gpu_alloc = lt::alloc::cuda_allocator(0);
+  const bool poison = gpu_alloc.poison();
+  gpu_alloc.set_poison(true);
+  const ModelConfig c32 = cuda_config(Precision::fp32);
+  Tensor weights;
+  {
+    Model init(c32, Device::cpu());
+    init.init_weights(2024);
+    weights = init.arenas().params.clone();
+  }
+  const int64_t B = 2, T = 100;  // two chunks, the second partial
+  const Tensor tokens = random_ids(B, T, c32.vocab_size, 1, 0);
+  const Tensor targets = random_ids(B, T, c32.vocab_size, 2, 5);
+  const double inv_count = 1.0 / static_cast<double>(B * T - 5);
+
+  const StepResult cpu = step(c32, Device::cpu(), weights, tokens, targets, inv_count, 1);
+  const StepResult gpu = step(c32, Device::cuda(0), weights, tokens, targets, inv_count, 3);
+  const StepResult bf16 = step(cuda_config(Precision::bf16), Device::cuda(0), weights, tokens, targets, inv_count, 2);
+  gpu_alloc.set_poison(poison);
+
+  // fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 of its largest element.
+  // bf16 (activations and GEMM operands rounded to 8 significant bits, fp32 accumulation):
+  // loss to 1e-2 relative, gradients to 5e-2 of their largest element, against CUDA fp32.
+  std::printf("model CUDA step: loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", cpu.loss, gpu.loss, bf16.loss);
+  CHECK(std::fabs(gpu.loss - cpu.loss) < 1e-5 * std::fabs(cpu.loss));
+  CHECK(std::fabs(bf16.loss - gpu.loss) < 1e-2 * std::fabs(gpu.loss));
+  REQUIRE(gpu.grads.size() == cpu.grads.size());
+  REQUIRE(bf16.grads.size() == cpu.grads.size());
+  double worst32 = 0, worst16 = 0;
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    INFO(cpu.grads[i].name);
+    const double e32 = rel(gpu.grads[i].tensor, cpu.grads[i].tensor);
+    const double e16 = rel(bf16.grads[i].tensor, gpu.grads[i].tensor);
+    worst32 = std::max(worst32, e32);
+    worst16 = std::max(worst16, e16);
+    std::printf("  %-44s fp32 %.2e  bf16 %.2e\n", cpu.grads[i].name.c_str(), e32, e16);
+    CHECK(e32 < 1e-4);
+    CHECK(e16 < 5e-2);
+  }
+  std::printf("  worst: fp32 %.2e  bf16 %.2e\n", worst32, worst16);
+  // Steps after the first are served by the caching allocator.
+  CHECK(gpu.mallocs_after_first == 0);
+  CHECK(bf16.mallocs_after_first == 0);
+}

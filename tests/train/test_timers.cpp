@@ -1,0 +1,190 @@
+// The step timers on the CPU backend: the --timers grammar, which steps are timed, the
+// table's nesting and sums, the metrics JSON line and the Chrome trace.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "engine/ops.h"
+#include "engine/train/timers.h"
+#include "kernels/launch.h"
+
+using namespace lt;
+using train::StageTimer;
+using train::TimerSpec;
+
+namespace {
+void busy_ms(double ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+const train::StageTime* find(const train::StepTiming& t, const std::string& stage) {
+  for (const auto& s : t.stages)
+    if (s.stage == stage) return &s;
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("--timers grammar: good specs and the steps they time", "[timers]") {
+  CHECK_FALSE(TimerSpec::parse("off").timed(0));
+  CHECK_FALSE(TimerSpec::parse("off").enabled());
+  CHECK(TimerSpec::parse("all").timed(0));
+  CHECK(TimerSpec::parse("all").timed(12345));
+  const TimerSpec every = TimerSpec::parse("step%50");
+  CHECK(every.timed(0));
+  CHECK_FALSE(every.timed(1));
+  CHECK_FALSE(every.timed(49));
+  CHECK(every.timed(50));
+  CHECK(every.timed(100));
+  CHECK_FALSE(every.timed(-50));
+  CHECK(every.str() == "step%50");
+  const TimerSpec one = TimerSpec::parse("step=7");
+  CHECK(one.timed(7));
+  CHECK_FALSE(one.timed(6));
+  CHECK_FALSE(one.timed(8));
+  const TimerSpec range = TimerSpec::parse("step=3..5");
+  CHECK_FALSE(range.timed(2));
+  CHECK(range.timed(3));
+  CHECK(range.timed(5));
+  CHECK_FALSE(range.timed(6));
+  CHECK(range.str() == "step=3..5");
+}
+
+TEST_CASE("--timers grammar: a bad spec is an error that shows the grammar", "[timers]") {
+  for (const char* bad : {"step%0", "step%", "step%x", "step=", "step=5..3", "steps%5", "every", "step=1..",
+                          "step%-2", "step=a..b"}) {
+    INFO(bad);
+    try {
+      TimerSpec::parse(bad);
+      FAIL("no error");
+    } catch (const std::invalid_argument& e) {
+      CHECK_THAT(e.what(), Catch::Matchers::Contains(std::string("'") + bad + "'"));
+      CHECK_THAT(e.what(), Catch::Matchers::Contains("off | all | step%N | step=N | step=A..B"));
+    }
+  }
+}
+
+TEST_CASE("StageTimer on the CPU: nesting, self times, calls, launches and shares", "[timers]") {
+  StageTimer timer(Device::cpu());
+  timer.begin_step(4);
+  {
+    StageScope fwd("fwd");
+    for (int l = 0; l < 2; ++l) {
+      StageScope layer(l == 0 ? "L0" : "L1");
+      busy_ms(2.0);
+      count_launch(3);
+    }
+    busy_ms(1.0);
+  }
+  {
+    StageScope bwd("bwd");
+    busy_ms(3.0);
+    count_launch(2);
+  }
+  for (int i = 0; i < 2; ++i) {
+    StageScope opt("optim");
+    StageScope adamw("adamw");
+    busy_ms(0.5);
+    count_launch(1);
+  }
+  const train::StepTiming t = timer.end_step();
+  CHECK_FALSE(timer.active());
+  CHECK(t.step == 4);
+  const auto* fwd = find(t, "fwd");
+  const auto* l0 = find(t, "fwd/L0");
+  const auto* l1 = find(t, "fwd/L1");
+  const auto* bwd = find(t, "bwd");
+  const auto* adamw = find(t, "optim/adamw");
+  REQUIRE(fwd);
+  REQUIRE(l0);
+  REQUIRE(l1);
+  REQUIRE(bwd);
+  REQUIRE(adamw);
+  CHECK(fwd->depth == 0);
+  CHECK(l0->depth == 1);
+  CHECK(adamw->depth == 1);
+  CHECK(fwd->launches == 6);
+  CHECK(l0->launches == 3);
+  CHECK(bwd->launches == 2);
+  CHECK(find(t, "optim")->calls == 2);
+  CHECK(adamw->launches == 2);
+  CHECK(t.launches == 10);
+  CHECK(l0->inclusive_ms >= 2.0);
+  CHECK(fwd->inclusive_ms >= 5.0);
+  // self = inclusive - children
+  CHECK_THAT(fwd->self_ms, Catch::Matchers::WithinAbs(fwd->inclusive_ms - l0->inclusive_ms - l1->inclusive_ms, 1e-9));
+  CHECK(fwd->self_ms >= 1.0);
+  // buckets and the step: top-level stages plus the outside row add up to the step
+  CHECK_THAT(t.fwd_ms, Catch::Matchers::WithinAbs(fwd->inclusive_ms, 1e-12));
+  CHECK_THAT(t.bwd_ms, Catch::Matchers::WithinAbs(bwd->inclusive_ms, 1e-12));
+  CHECK_THAT(t.optim_ms, Catch::Matchers::WithinAbs(find(t, "optim")->inclusive_ms, 1e-12));
+  const auto* outside = find(t, "(outside stages)");
+  REQUIRE(outside);
+  CHECK(outside->inclusive_ms >= 0.0);
+  CHECK_THAT(t.fwd_ms + t.bwd_ms + t.optim_ms + outside->inclusive_ms, Catch::Matchers::WithinAbs(t.step_ms, 1e-9));
+  // The table lists the tree with indentation; the JSON line carries the same numbers.
+  const std::string table = t.table();
+  CHECK_THAT(table, Catch::Matchers::Contains("\n  fwd "));
+  CHECK_THAT(table, Catch::Matchers::Contains("\n    L0 "));
+  const nlohmann::json j = t.to_json();
+  CHECK(j["kind"] == "timers");
+  CHECK(j["step"] == 4);
+  CHECK(j["stages"].size() == t.stages.size());
+  CHECK(j["stages"][0]["stage"] == t.stages[0].stage);
+  CHECK(nlohmann::json::parse(j.dump()) == j);
+}
+
+TEST_CASE("StageTimer: untimed steps record nothing; stages on other threads are not the step's", "[timers]") {
+  StageTimer timer(Device::cpu());
+  { StageScope s("fwd"); }  // before any timed step: no listener installed
+  timer.begin_step(0);
+  std::thread other([] {
+    StageScope s("data");
+    busy_ms(0.2);
+  });
+  other.join();
+  { StageScope s("bwd"); }
+  const auto t = timer.end_step();
+  CHECK(find(t, "data") == nullptr);
+  CHECK(find(t, "fwd") == nullptr);
+  REQUIRE(find(t, "bwd") != nullptr);
+  { StageScope s("fwd"); }  // after: no listener again
+  timer.begin_step(1);
+  const auto t2 = timer.end_step();
+  CHECK(find(t2, "fwd") == nullptr);
+  CHECK_THROWS_AS(timer.end_step(), std::logic_error);
+}
+
+TEST_CASE("StageTimer: the Chrome trace parses and has the stage slices and counter tracks", "[timers]") {
+  StageTimer timer(Device::cpu());
+  for (int step = 0; step < 2; ++step) {
+    timer.begin_step(step);
+    {
+      StageScope fwd("fwd");
+      Tensor x = ops::randn({64, 64}, 7);  // the allocator's bytes move inside the stage
+      busy_ms(0.3);
+    }
+    timer.end_step();
+  }
+  const std::string path = "lintrain_test_timers_trace.json";
+  timer.write_chrome_trace(path);
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::remove(path.c_str());
+  int slices = 0, mem = 0, launches = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "fwd") ++slices;
+    if (e["ph"] == "C" && e["name"] == "allocator bytes") {
+      ++mem;
+      CHECK(e["args"].contains("in_use"));
+      CHECK(e["args"].contains("reserved"));
+    }
+    if (e["ph"] == "C" && e["name"] == "launches per step") ++launches;
+  }
+  CHECK(slices == 2);
+  CHECK(mem >= 4);
+  CHECK(launches == 2);
+}
