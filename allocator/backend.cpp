@@ -65,6 +65,11 @@ CachingAllocator& cuda_allocator(int device) {
 
 #if !LINTRAIN_WITH_CUDA
 bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+const std::string& cuda_unavailable_reason() {
+  static const std::string why = "built without CUDA";
+  return why;
+}
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   throw std::runtime_error("lt::alloc: CUDA allocator for device " + std::to_string(device) +
                            " requested, but this build has no CUDA backend (nvcc was not found at configure time)");

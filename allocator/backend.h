@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 namespace lt::alloc {
@@ -86,8 +87,14 @@ class HostBackend final : public Backend {
   EventId next_event_ = 1;
 };
 
-// True when this build has the CUDA backend and at least one device is visible.
+// The one CUDA probe of the project (the engine's lt::cuda_available is this function).
+// Probed once per process (cudaGetDeviceCount; a failure's sticky error is cleared).
+// cuda_available(): this build has the CUDA backend and at least one device is visible.
+// cuda_unavailable_reason(): why not ("built without CUDA", "no CUDA device found" or the
+// CUDA error string); empty when cuda_available().
 bool cuda_available();
+int cuda_device_count();  // 0 without CUDA
+const std::string& cuda_unavailable_reason();
 // The CUDA backend for `device` (cudaMalloc/cudaFree/cudaEvent*/cudaMemsetAsync).
 // Throws std::runtime_error with the reason when the build has no CUDA or the device is
 // unusable.

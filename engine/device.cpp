@@ -34,43 +34,19 @@ Device Device::parse(const std::string& s) {
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 namespace {
-struct CudaProbe {
-  int count = 0;
-  bool usable = false;
-};
-const CudaProbe& probe() {
-  static const CudaProbe p = [] {
-    CudaProbe r;
-    std::string why;
-#if LINTRAIN_WITH_CUDA
-    cudaError_t err = cudaGetDeviceCount(&r.count);
-    if (err != cudaSuccess) {
-      why = cudaGetErrorString(err);
-      r.count = 0;
-      (void)cudaGetLastError();  // clear the sticky-free error state
-    } else if (r.count == 0) {
-      why = "no CUDA device found";
-    }
-#else
-    why = "built without CUDA";
-#endif
-    r.usable = r.count > 0;
-    if (!r.usable) {
-      log_init();
-      spdlog::info("CUDA unavailable ({}): using the CPU backend", why);
-    }
-    return r;
-  }();
-  return p;
-}
-
 // Current stream per device index, per thread (index 0 of the vector = cuda:0).
 thread_local std::vector<Stream> t_current;
 }  // namespace
 
-bool cuda_available() { return probe().usable; }
-int cuda_device_count() { return probe().count; }
-Device default_device() { return cuda_available() ? Device::cuda(0) : Device::cpu(); }
+Device default_device() {
+  static const bool usable = [] {
+    if (cuda_available()) return true;
+    log_init();
+    spdlog::info("CUDA unavailable ({}): using the CPU backend", alloc::cuda_unavailable_reason());
+    return false;
+  }();
+  return usable ? Device::cuda(0) : Device::cpu();
+}
 
 Stream Stream::default_stream(Device device) {
   Stream s;

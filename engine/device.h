@@ -9,12 +9,14 @@
 // Every op runs on the current stream of its tensors' device (per thread, per device).
 // The CPU backend executes synchronously; its "stream" is a placeholder with id 0.
 // Without a usable GPU (no CUDA in the build, no device, driver error) cuda_available()
-// is false and logs one line saying why, once per process; callers then use the CPU.
+// is false; default_device() then logs one line saying why, once per process.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <ostream>
 #include <string>
+
+#include "allocator/backend.h"
 
 namespace lt {
 
@@ -35,11 +37,13 @@ struct Device {
 };
 std::ostream& operator<<(std::ostream& os, const Device& d);
 
-// True when this build has CUDA and at least one device works. Checked once; when false
-// the first call logs one line ("CUDA unavailable (...): using the CPU backend").
-bool cuda_available();
-int cuda_device_count();        // 0 without CUDA
-Device default_device();        // cuda:0 when cuda_available(), else cpu
+// True when this build has CUDA and at least one device works: the allocator's probe
+// (allocator/backend.h), checked once per process.
+using alloc::cuda_available;
+using alloc::cuda_device_count;  // 0 without CUDA
+// cuda:0 when cuda_available(), else cpu; the first call without CUDA logs one line
+// ("CUDA unavailable (...): using the CPU backend").
+Device default_device();
 
 // A stream on a device. Copyable handle; streams made with create() are destroyed when
 // the last handle goes away (after the caller is done with them: no implicit sync).

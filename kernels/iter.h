@@ -1,9 +1,10 @@
 // IterParams: what an elementwise-style kernel sees. Up to kIterMaxOps operands (operand 0
 // is the output) share one iteration shape; each operand has its own element strides
-// (0 = broadcast). The engine builds it (engine/iter.h): it broadcasts, drops size-1 dims
-// and merges dims that are contiguous in every operand, so the common dense case arrives
-// as ndim = 1. Merging keeps the row-major order, so the linear iteration index i is the
-// logical row-major index of the output element (the random kernels rely on this).
+// (0 = broadcast). The engine builds it (make_iter, engine/detail.h and engine/iter.cpp): it
+// broadcasts, drops size-1 dims and merges dims that are contiguous in every operand, so the
+// common dense case arrives as ndim = 1. Merging keeps the row-major order, so the linear
+// iteration index i is the logical row-major index of the output element (the random kernels
+// rely on this).
 #pragma once
 #include <cstdint>
 

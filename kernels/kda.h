@@ -10,7 +10,7 @@
 // Gradients: dq, dk (through the L2 norm), dv, df, db, dA_log, ddt_bias, dh0; an optional
 // dht (gradient of the final state) is accepted.
 //
-// Three implementations (docs/notes-kda.md has the derivations and the measurements):
+// Three implementations (derivations: docs/MATH.md §1; measurements: docs/notes-kda.md):
 //   naive_*       the recurrence above on the CPU, Real = double (ground truth) or float;
 //                 backward by BPTT over stored states.
 //   fused_* (CPU) the CPU twins of the fused CUDA kernels: the *same* block programs
@@ -125,43 +125,63 @@ struct FusedArgs {
 };
 
 // Scratch of the fused path, from the caller (the engine takes it from the caching
-// allocator). Every buffer is fully overwritten by the kernel that produces it, so it may be
-// handed over uninitialised. Sizes in bytes from workspace_bytes(dims, dtype).
-// The tiles t0, t2, t4, sq and aqk hold elements of `dtype` (fp32 for f32 inputs, bf16 for
-// bf16 inputs: halves the scratch, which sets the peak memory); t1 (U, then Delta), t3 (Kbar,
-// then X_k) and the rest are fp32 always. Delta and X_k = Delta S'^T feed every gate
-// gradient; in bf16 they were the two largest sources of error in dA_log, a per-head sum of
-// cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32 t3 is paid for by the
-// backward's two parts: A_qk is dead after the first launch, so the engine frees it before
-// it allocates the gradients (memory-neutral at C = D = 64).
+// allocator), as one struct of named views per pass. Every buffer is fully overwritten by
+// the launch that produces it, so it may be handed over uninitialised. Chunk-local tiles are
+// head-major and padded to Tp = NT * C rows; "dtype" tiles hold elements of FusedArgs::dtype
+// (bf16 tiles halve the scratch, which sets the peak memory), the others are fp32. Sizes in
+// bytes: workspace_bytes(dims, dtype).
 //
-// Forward -> backward contract (the backward does not recompute the intra-chunk products):
-//   forward writes  t0 = W, t1 = U, t2 = Qp = scale Q~ - A_qk W, t3 = Kbar, t4 = Ob = A_qk U,
-//                   sq = scale Q~, aqk = A_qk, gamma.  t2 and t4 are forward-only scratch.
-//   backward reads  t0, t1, t3, aqk and gamma as the forward left them, and takes t2 = the
-//                   forward's sq (so a backward Workspace has t2 = forward sq, a fresh t4,
-//                   and needs neither sq nor the forward's t2 / t4). It rewrites t0..t4 in
-//                   place (t0 W -> X_w, t1 U -> Delta, t2 scale Q~ -> X_q, t3 Kbar -> X_k,
-//                   t4 = A_qk^T dO -> dDelta), so one forward's tiles serve one backward.
-//                   Only its first launch (aqk_dO) reads aqk.
-struct Workspace {
-  // chunk-local tiles, [B, H, Tp, D]
-  void* t0 = nullptr;
-  void* t1 = nullptr;
-  void* t2 = nullptr;
-  void* t3 = nullptr;
-  void* t4 = nullptr;
-  void* sq = nullptr;         // forward: scale Q~ [B, H, Tp, D] (the backward's t2)
-  void* aqk = nullptr;        // A_qk [B, H, Tp, C], row r of a chunk: A_qk[r][s], 0 for s > r
-  float* gamma = nullptr;     // [B, H, NT, D] chunk gate totals (natural log)
-  float* dgamma_s = nullptr;  // [B, H, NT, D] backward: e^gamma * sum_v S*S'
-  float* partials = nullptr;  // [B*NT, H, D+1] backward: ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H] backward: blocks done per head (zeroed by the aqk_dO kernel)
+// Forward: intra writes every tile below; inter reads W, U, Qp, Kbar, Ob and gamma. The
+// backward does not recompute the intra-chunk products: it takes W, U, sQ, Kbar, Aqk and
+// gamma as the forward left them (the engine keeps them in its saved state); Qp and Ob are
+// forward-only.
+struct ForwardWorkspace {
+  void* W = nullptr;        // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
+  float* U = nullptr;       // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
+  void* sQ = nullptr;       // [B, H, Tp, D] dtype  scale Q~                             (saved)
+  float* Kbar = nullptr;    // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
+  void* Aqk = nullptr;      // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
+  float* gamma = nullptr;   // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
+  void* Qp = nullptr;       // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
+  void* Ob = nullptr;       // [B, H, Tp, D] dtype  A_qk U                               (forward only)
+};
+
+// Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardPart below).
+// Each output of the inter adjoint may be the same buffer as the saved input of the same
+// type and shape written beside it, and the engine passes exactly that (so one forward's
+// tiles serve one backward, and the backward allocates no tile): the inter adjoint reads a
+// chunk's rows of W, U, sQ, Kbar and AqkT_dO before it writes that chunk's rows of X_w,
+// Delta, X_q, X_k and dDelta. Delta and X_k (= Delta S'^T) feed every gate gradient; they
+// are fp32 because in bf16 they are the two largest sources of error in dA_log, a per-head
+// sum of cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32 Kbar / X_k tile is
+// paid for by splitting the backward: Aqk is dead after aqk_dO, so the engine frees it before
+// it allocates the gradients (memory-neutral at C = D = 64).
+struct BackwardWorkspace {
+  // the forward's saved tiles (ForwardWorkspace)
+  const void* Aqk = nullptr;     // [B, H, Tp, C] dtype  read by aqk_dO only (null for adjoints)
+  const void* W = nullptr;       // [B, H, Tp, D] dtype
+  const float* U = nullptr;      // [B, H, Tp, D] fp32
+  const void* sQ = nullptr;      // [B, H, Tp, D] dtype  scale Q~
+  const float* Kbar = nullptr;   // [B, H, Tp, D] fp32
+  const float* gamma = nullptr;  // [B, H, NT, D] fp32
+  // aqk_dO -> inter adjoint
+  void* AqkT_dO = nullptr;       // [B, H, Tp, D] dtype  A_qk^T dO
+  // inter adjoint -> intra adjoint; last column: the input buffer each may alias
+  void* Xw = nullptr;            // [B, H, Tp, D] dtype  X_w = dDelta S^T       W
+  float* Delta = nullptr;        // [B, H, Tp, D] fp32   Delta = U - W S        U
+  void* Xq = nullptr;            // [B, H, Tp, D] dtype  X_q = dO S^T           sQ
+  float* Xk = nullptr;           // [B, H, Tp, D] fp32   X_k = Delta S'^T       Kbar
+  void* dDelta = nullptr;        // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    AqkT_dO
+  float* dgamma_s = nullptr;     // [B, H, NT, D] fp32   e^gamma sum_v S * S'
+  // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk over that chunk's rows of
+  // Xq / Xk once it has read them (staging for the L2-norm backward).
+  float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
+  uint32_t* counters = nullptr;  // [H] blocks done per head (zeroed by the aqk_dO launch)
 };
 struct WorkspaceBytes {
-  size_t tile = 0;      // each of t0, t2, t4, sq (dtype elements)
-  size_t tile_f32 = 0;  // each of t1, t3 (fp32 elements)
-  size_t aqk = 0;       // aqk (dtype elements, [B, H, Tp, C])
+  size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO
+  size_t tile_f32 = 0;  // each fp32 [B, H, Tp, D] tile: U, Kbar
+  size_t aqk = 0;       // Aqk (dtype elements, [B, H, Tp, C])
   size_t gamma = 0;     // gamma and dgamma_s each
   size_t partials = 0;
   size_t counters = 0;
@@ -170,9 +190,9 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 
 // The backward in two parts, so that the caller can free A_qk in between (the engine does):
-//   aqk_dO    launch 1: t4 = A_qk^T dO, zeroes the counters. Reads aqk, dO; writes t4 and
-//             counters only (FusedArgs' gradient pointers may still be null).
-//   adjoints  launches 2-3: inter adjoint, intra adjoint. Never reads aqk (ws.aqk may be null).
+//   aqk_dO    launch 1: AqkT_dO = A_qk^T dO, zeroes the counters. Reads Aqk, dO; writes
+//             AqkT_dO and counters only (FusedArgs' gradient pointers may still be null).
+//   adjoints  launches 2-3: inter adjoint, intra adjoint. Never reads Aqk (may be null).
 //   all       both, in order.
 enum class BackwardPart { all, aqk_dO, adjoints };
 
@@ -180,18 +200,18 @@ enum class BackwardPart { all, aqk_dO, adjoints };
 // check_fused_args(a) / check_workspace(ws); backward: pass the part that will run.
 void check_fused_args(const FusedArgs& a);
 void check_fused_args(const FusedArgs& a, BackwardPart part);
-void check_workspace(const Workspace& ws);
-void check_workspace(const Workspace& ws, BackwardPart part);
+void check_workspace(const ForwardWorkspace& ws);
+void check_workspace(const BackwardWorkspace& ws, BackwardPart part);
 
 // CPU twins (emulated thread blocks; slow: for tests at small shapes).
-void fused_forward_cpu(const FusedArgs& a, const Workspace& ws);
-void fused_backward_cpu(const FusedArgs& a, const Workspace& ws, BackwardPart part = BackwardPart::all);
+void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws);
+void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part = BackwardPart::all);
 
 // CUDA (kernels/cuda/kda.cu; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
 // Stage scopes "intra", "inter" (forward) and "aqk_dO", "inter_adjoint",
 // "intra_adjoint" (backward) name the launches in the launch atlas.
-void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream);
-void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream,
+void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream);
+void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream,
                          BackwardPart part = BackwardPart::all);
 
 }  // namespace lt::kda

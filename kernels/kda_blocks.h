@@ -4,13 +4,13 @@
 //                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
 // So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.
 //
-// A program sees: the FusedArgs / Workspace structs, a Blk, its block coordinates and a
-// float* to its shared memory. Blk provides: tid(); sync() (block barrier); warp_sum(v)
-// (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask) (the value of lane ^ mask);
-// fence() (device-scope fence of this thread's writes); arrive(counter) (atomic increment,
-// returns the old value); acquire() (fence before reading other blocks' published data);
-// load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch p's line into L2; no-op on the
-// CPU); mma_tf32 (one warp-wide m16n8k8 product).
+// A program sees: FusedArgs and its pass's workspace (ForwardWorkspace / BackwardWorkspace),
+// a Blk, its block coordinates and a float* to its shared memory. Blk provides: tid(); sync()
+// (block barrier); warp_sum(v) (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask)
+// (the value of lane ^ mask); fence() (device-scope fence of this thread's writes);
+// arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
+// other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
+// p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product).
 // Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
 // reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
 // global memory written by one block is read by another only across launches (or after
@@ -31,13 +31,13 @@
 // <= 0, so nothing overflows for any gate value and any chunk size.
 //
 // Launches (grids are 1-D, block index = bh * NT + n or bh * NV + vt):
-//   intra      (fwd)  grid NT*B*H   : Gamma, A_qk, Tm, W, U, Qp = scale Q~ - A_qk W,
-//                                     Kbar, Ob = A_qk U, gamma -> workspace t0..t4; and,
-//                                     kept for the backward, scale Q~ -> sq, A_qk -> aqk
+//   intra      (fwd)  grid NT*B*H   : Gamma, A_qk, Tm -> the ForwardWorkspace tiles W, U,
+//                                     Qp = scale Q~ - A_qk W, Kbar, Ob = A_qk U, gamma, and,
+//                                     kept for the backward, sQ = scale Q~ and Aqk
 //   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
 //                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
 //                                     S <- e^gamma S + Kbar^T Delta
-//   aqk_dO     (bwd)  grid NT*B*H   : A_qk^T dO -> t4 from the saved A_qk (the forward's
+//   aqk_dO     (bwd)  grid NT*B*H   : AqkT_dO = A_qk^T dO from the saved Aqk (the forward's
 //                                     W, U, scale Q~, Kbar and gamma are reused as saved:
 //                                     the backward recomputes no intra-chunk product)
 //   inter_adjoint     grid B*H      : reverse over chunks with S' (dS after the chunk):
@@ -97,9 +97,9 @@ struct Cfg {
   static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
   static constexpr int SLICE = C * LS;
   static constexpr int CC = C * LC;
-  // inter (forward scan): V tiles of BV columns, NTHR_I threads. (BV = 8 doubled the blocks
-  // and was slower, 0.095 -> 0.169 ms at C = 32: every block loads the chunk's full C x D
-  // W / Qp / Kbar tiles, so more V tiles mean more per-chunk loads, ncu run 7.)
+  // inter (forward scan): V tiles of BV columns, NTHR_I threads. Not narrower: every block
+  // loads the chunk's full C x D W / Qp / Kbar tiles, so more V tiles mean more per-chunk
+  // loads (BV = 8 is slower: docs/notes-kda.md, "Measurements behind the kernel constants").
   static constexpr int BV = 16;
   static constexpr int NV = D / BV;
   static constexpr int LDA = D + 4;    // row stride of D-wide tiles read as mma A operands:
@@ -109,8 +109,8 @@ struct Cfg {
   static constexpr int NTHR_I = 128;
   // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
   // row blocks of RB rows, one 16x8 tile of the row-block products per warp. At D = 64 and
-  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps left the
-  // SM's schedulers idle: IPC 1.2, ncu run 7).
+  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps leave the
+  // SM's schedulers idle).
   static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
   static constexpr int NTHR_A = (RB / 16) * (D / 8) * 32;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
@@ -126,14 +126,13 @@ struct Cfg {
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
-  // more latency there (measured 0.92 -> 0.74 ms at B8 T512 H12 D64). At C <= 32 several
-  // 256-thread blocks fit per SM and 512 threads were slower (0.51 -> 0.67 ms at C = 32).
+  // more latency there. At C <= 32 several 256-thread blocks fit per SM and 256 threads are
+  // faster (both measured: docs/notes-kda.md, "Measurements behind the kernel constants").
   using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
   // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
-  // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel stalls on
-  // latency (wait / long scoreboard / barrier, ~20 % each, ncu run 7): 0.424 -> 0.345 ms.
-  // At C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills (ptxas -v: 96
-  // registers at 2 blocks, 80 at 3; 0.455 ms was measured at 2 blocks, 0.347 at 3).
+  // at D = 64, C = 32 its shared memory (76 KB) admits 3 blocks, and the kernel is bound by
+  // latency (wait / long scoreboard / barrier stalls), which more resident blocks hide.
+  // At C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills (ptxas -v).
   static constexpr int kIntraAdjMinBlocks = NTHR != 256 || D != 64 ? 1 : C == 32 ? 3 : 4;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
@@ -141,7 +140,7 @@ struct Cfg {
 // ---- scalar helpers ---------------------------------------------------------------------
 // 2^x in one MUFU.EX2 on the GPU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0).
 // exp2f wraps the same instruction in a subnormal range check and two predicated
-// multiplies: 4 instructions where this is 1 (ncu, docs/notes-kda.md, third session).
+// multiplies: 4 instructions where this is 1.
 KDA_DEV float exp2_fast(float x) {
 #if defined(__CUDA_ARCH__)
   float r;
@@ -262,11 +261,10 @@ KDA_DEV void st2(T* p, int64_t i, float v0, float v1) {
 // TF32 operand of a single-product mma: the fp32 bits plus half a TF32 ulp (0x1000). The
 // tensor core ignores the low 13 bits, so this is round-to-nearest (ties away from zero, as
 // cvt.rna) in one integer add; cvt.rna.tf32.f32 is emulated on sm_90 by a finiteness test,
-// a predicated add and a mask (3 instructions: 27 % of the inter adjoint's, ncu, third
-// session). Finite x only (an infinite operand reads as NaN; no product here sees one).
-// (Passing the raw fp32 bits, which the tensor core truncates, was tried in the second
-// session: truncation is biased toward zero, so its errors add up coherently in the
-// cancelling dA_log sum (CPU twin, seed 108: 6.3e-3 -> 2.6e-2). Operands are rounded.)
+// a predicated add and a mask (3 instructions). Finite x only (an infinite operand reads as
+// NaN; no product here sees one). Operands are rounded, not passed as raw fp32 bits for the
+// tensor core to truncate: truncation is biased toward zero, so its errors would add up
+// coherently in the cancelling dA_log sum (docs/notes-kda.md, "Measurements behind the kernel constants").
 KDA_DEV uint32_t tf32_op(float x) { return float_bits(x) + 0x1000u; }
 // The TF32 value itself (low 13 bits zero), for the hi part of a 3xTF32 split.
 KDA_DEV uint32_t tf32_round(float x) { return tf32_op(x) & 0xffffe000u; }
@@ -348,7 +346,8 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
 // A finish that also takes (r, c, v0, v1), the adjacent columns c and c + 1 of one row, is
 // called that way on the tensor-core path (an mma C fragment holds such pairs), so that a
 // store to global memory goes out as one 32-bit (bf16) or 64-bit (fp32) store: per-element
-// 2-byte stores stalled the scans (the inter adjoint went 0.162 -> 0.138 ms with pairs).
+// 2-byte stores stall the scans (measured: docs/notes-kda.md, "Measurements behind the
+// kernel constants").
 template <class... F>
 struct Overload : F... {
   using F::operator()...;
@@ -452,8 +451,7 @@ KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at,
 
 // Where chunk n of sequence (b, h) lives. The int64 bases are computed once per block, so
 // the per-element index is one multiply-add: Dims::NT() is an int64 division (a long
-// software sequence on the GPU) and was 12 % of the intra kernel's instructions when it was
-// evaluated per element (ncu, docs/notes-kda.md run 6).
+// software sequence on the GPU), too costly to evaluate per element.
 struct ChunkPos {
   int64_t b, h, bh, n, t0;
   int L;              // valid rows
@@ -492,9 +490,10 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
 // Column work on a slice [C][LS] (KS = 32 columns) is spread over all warps: a column is
 // covered by kLanes = 8 lanes holding kRows = C / 8 consecutive rows each, so a warp covers
 // kCols = 4 columns at once and the KS columns take kPasses = 8 warp passes (one per warp at
-// 256 threads). The dependent chain is kRows adds and 3 shuffles; a thread per column walking
-// all C rows (the first form) was a C-long chain with 7 of 8 warps idle, and one warp per
-// column (32 lanes, 4 passes per warp) measured slower still (third session).
+// 256 threads). The dependent chain is kRows adds and 3 shuffles, where a thread per column
+// walking all C rows would be a C-long chain with 7 of 8 warps idle (one warp per column,
+// 32 lanes and 4 passes per warp, is slower than both: docs/notes-kda.md, "Measurements
+// behind the kernel constants").
 template <class G>
 struct ColLanes {
   static constexpr int kLanes = 8;                  // lanes per column
@@ -550,8 +549,7 @@ KDA_DEV void add_row_sums(Blk& blk, float* dst, F f) {
 }
 
 // Asks L2 for every 128-byte line of the chunk's rows of the arrays a program will read, at
-// its start: the loads of each later phase then wait on L2 instead of DRAM (the consumers of
-// global loads were 17-23 % of the chunk programs' stall samples, ncu, third session).
+// its start: the loads of each later phase then wait on L2 instead of DRAM.
 // Ranges are dealt to consecutive threads, continuing where the previous range stopped.
 template <int NTHR>
 struct L2Prefetch {
@@ -734,8 +732,8 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
   constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
   // Diagonal sub-blocks: only the kPairs pairs s <= r of each are enumerated, and each pair's
   // KS columns are split over kSplitC adjacent lanes (combined by shuffles), so that the
-  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square left 47 % of them idle
-  // on s > r; this loop was 18 % of the intra kernel's instructions, ncu run 6).
+  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square leaves 47 % of them
+  // idle on s > r).
   constexpr int kPairs = kSub * (kSub + 1) / 2;
   constexpr int kSplitC = G::C == 16 ? 4 : 2, KC = KS / kSplitC;
   constexpr int kItems = G::NB * kPairs * kSplitC;
@@ -865,7 +863,7 @@ struct KFromRow {  // sum over k >= r
 // intra (forward)
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh,
                            int64_t n, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
@@ -910,7 +908,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     blk.sync();
     accumulate_scores<G, kTC, kSplit, true>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
   }
-  T* aqk = static_cast<T*>(ws.aqk) + cp.ws_row * C;  // row 0 of the chunk, [C][C]
+  T* aqk = static_cast<T*>(ws.Aqk) + cp.ws_row * C;  // row 0 of the chunk, [C][C]
   for (int e = blk.tid(); e < C * C; e += NTHR) {
     const int r = e / C, s = e % C;
     const float aq = s <= r ? scale * Pq[r * LC + s] : 0.0f;
@@ -941,8 +939,8 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
         s3[at] = scale * s0[at] * eg;     // scale Q~
         kb[u] = s1[at] * exp2_fast(gs[(C - 1) * LS + c + u] - g);  // Kbar
       }
-      st2(static_cast<float*>(ws.t3), cp.ws(dm, r, k0 + c), kb[0], kb[1]);
-      st2(static_cast<T*>(ws.sq), cp.ws(dm, r, k0 + c), s3[r * LS + c], s3[r * LS + c + 1]);
+      st2(ws.Kbar, cp.ws(dm, r, k0 + c), kb[0], kb[1]);
+      st2(static_cast<T*>(ws.sQ), cp.ws(dm, r, k0 + c), s3[r * LS + c], s3[r * LS + c + 1]);
     }
     for (int c = blk.tid(); c < KS; c += NTHR) ws.gamma[cp.gam(dm, k0 + c)] = gs[(C - 1) * LS + c] * kLn2;
     blk.sync();
@@ -950,15 +948,15 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
         zero,
-        KeepAndStore<G, T>{s5, static_cast<T*>(ws.t0), &cp, k0}, AllTiles(), KUpToRow());
+        KeepAndStore<G, T>{s5, static_cast<T*>(ws.W), &cp, k0}, AllTiles(), KUpToRow());
     blk.sync();
     // Qp = scale Q~ - A_qk W
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; },
         zero,
-        Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
+        Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.Qp), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
                  [&](int r, int c, float v0, float v1) {
-                   st2(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v0, s3[r * LS + c + 1] - v1);
+                   st2(static_cast<T*>(ws.Qp), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v0, s3[r * LS + c + 1] - v1);
                  }},
         AllTiles(), KUpToRow());
     blk.sync();
@@ -971,25 +969,25 @@ KDA_DEV void intra_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; },
         zero,
-        KeepAndStore<G, float>{s2, static_cast<float*>(ws.t1), &cp, v0}, AllTiles(), KUpToRow());
+        KeepAndStore<G, float>{s2, ws.U, &cp, v0}, AllTiles(), KUpToRow());
     blk.sync();
     // Ob = A_qk U
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
         zero,
-        Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); },
-                 [&](int r, int c, float x0, float x1) { st2(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), x0, x1); }},
+        Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.Ob), cp.ws(dm, r, v0 + c), v); },
+                 [&](int r, int c, float x0, float x1) { st2(static_cast<T*>(ws.Ob), cp.ws(dm, r, v0 + c), x0, x1); }},
         AllTiles(), KUpToRow());
     blk.sync();
   }
 }
 
 // ======================================================================================
-// aqk_dO (backward, first launch): t4 = A_qk^T dO from the forward's saved A_qk; also zeroes
+// aqk_dO (backward, first launch): AqkT_dO = A_qk^T dO from the forward's saved A_qk; also zeroes
 // the intra adjoint's per-head counters. Shared: A_qk [C][LC] and one dO slice [C][LS].
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void aqk_dO_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh, int64_t n,
+KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
                             float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
@@ -999,7 +997,7 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const Workspace& ws, Blk& blk, i
   float* dOs = Aq + G::CC;   // [C][LS] dO slice (0 on rows >= L)
   if (bh == 0 && n == 0)
     for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
-  const T* aqk = static_cast<const T*>(ws.aqk) + cp.ws_row * C;
+  const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
   KDA_UNROLL_N(8)
   for (int m = 0; m < C * C / NTHR; ++m) {
     const int e = blk.tid() + m * NTHR;
@@ -1012,7 +1010,7 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const Workspace& ws, Blk& blk, i
     blk.sync();  // (first pass: also orders the A_qk loads)
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int m) { return Aq[m * LC + r]; }, [&](int m, int c) { return dOs[m * LS + c]; },
-        zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.t4), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
+        zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.AqkT_dO), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
         KFromRow());
     blk.sync();
   }
@@ -1023,7 +1021,7 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const Workspace& ws, Blk& blk, i
 // kTC: the three products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh,
                            int vt, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
@@ -1061,17 +1059,17 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
     for (int m = 0; m < MA / 2; ++m) {
       const int e = 2 * (tid + m * NT_);
       const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
-      ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(static_cast<const float*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.Qp), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
     for (int m = 0; m < MB / 2; ++m) {
       const int e = 2 * (tid + m * NT_);
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      ld2(static_cast<const float*>(ws.t1), gi, pU[2 * m], pU[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t4), gi, pO[2 * m], pO[2 * m + 1]);
+      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.Ob), gi, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
@@ -1197,7 +1195,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const Workspace& ws, Blk& blk, in
 // kTC: products on tensor cores; else fp32 CUDA cores.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh,
                                    float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
@@ -1243,8 +1241,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
 
   // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
   // step ahead, while the previous step computes; they do not depend on S', so only the
-  // smem stores wait. (Loading at the start of each step put a global round trip on the
-  // scan's critical path: 24 % long-scoreboard stalls, ncu run 7.)
+  // smem stores wait. (Loading at the start of each step would put a global round trip on
+  // the scan's critical path.)
   static_assert(NT_ >= D, "one gamma per thread");
   constexpr int MS = D * D / NT_, MR = RB * D / NT_;
   float pS[MS], pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
@@ -1261,11 +1259,11 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      ld2(static_cast<const T*>(ws.t0), gi, pW[2 * m], pW[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t2), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(static_cast<const float*>(ws.t3), gi, pK[2 * m], pK[2 * m + 1]);
-      ld2(static_cast<const float*>(ws.t1), gi, pU[2 * m], pU[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.t4), gi, pD[2 * m], pD[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
       pO[2 * m] = pO[2 * m + 1] = 0.0f;
       if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
     }
@@ -1319,8 +1317,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             Ur[r * LD + j + u] = dl[u];
             Dr[r * LD + j + u] = dd[u];
           }
-          st2(static_cast<float*>(ws.t1), (row0 + r) * D + j, dl[0], dl[1]);
-          st2(static_cast<T*>(ws.t4), (row0 + r) * D + j, dd[0], dd[1]);
+          st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);
+          st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
@@ -1333,8 +1331,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           Ur[r * LD + j] = dl;
           Dr[r * LD + j] = dd;
           const int64_t gi = (row0 + r) * D + j;
-          st(static_cast<float*>(ws.t1), gi, dl);
-          st(static_cast<T*>(ws.t4), gi, dd);
+          st(ws.Delta, gi, dl);
+          st(static_cast<T*>(ws.dDelta), gi, dd);
         }
       }
       blk.sync();
@@ -1359,9 +1357,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
               int r, c;
               frag_rc(lane, e, r, c);
               const int64_t gi = (row0 + r0 + r) * D + n0 + 8 * u + c;
-              st2(static_cast<T*>(ws.t2), gi, xq[e], xq[e + 1]);
-              st2(static_cast<T*>(ws.t0), gi, xw[e], xw[e + 1]);
-              st2(static_cast<float*>(ws.t3), gi, xk[4 * u + e], xk[4 * u + e + 1]);
+              st2(static_cast<T*>(ws.Xq), gi, xq[e], xq[e + 1]);
+              st2(static_cast<T*>(ws.Xw), gi, xw[e], xw[e + 1]);
+              st2(ws.Xk, gi, xk[4 * u + e], xk[4 * u + e + 1]);
             }
           }
         }
@@ -1385,9 +1383,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
             xk += Ur[r * LD + j] * Sp[i * LD + j];
           }
           const int64_t gi = (row0 + r) * D + i;
-          st(static_cast<T*>(ws.t2), gi, xq);
-          st(static_cast<T*>(ws.t0), gi, xw);
-          st(static_cast<float*>(ws.t3), gi, xk);
+          st(static_cast<T*>(ws.Xq), gi, xq);
+          st(static_cast<T*>(ws.Xw), gi, xw);
+          st(ws.Xk, gi, xk);
         }
         KDA_UNROLL
         for (int m = 0; m < NACC; ++m) {
@@ -1441,7 +1439,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
 // intra adjoint (backward, chunk-parallel)
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk& blk, int64_t bh,
+KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh,
                                    int64_t n, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
@@ -1478,6 +1476,10 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   float* ddt = DK + G::SLICE;    // [D] ddt_bias partial of this chunk
   float* dgam = ddt + G::D;      // [KS]
   float* red = dgam + KS;        // [NTHR/32 + 4]
+  // The chunk's pre-norm dq^ / dk^ (phase g), staged over its rows of X_q / X_k, which are
+  // read by then; the L2-norm backward (P6) reads them back.
+  T* const dq_hat = static_cast<T*>(ws.Xq);
+  float* const dk_hat = ws.Xk;
   auto zero = [](int, int) { return 0.0f; };
 
   {
@@ -1487,11 +1489,11 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     pf.in_rows(blk, cp, static_cast<const T*>(a.f));
     pf.in_rows(blk, cp, static_cast<const T*>(a.v));
     pf.in_rows(blk, cp, static_cast<const T*>(a.dO));
-    pf.template tile<T>(blk, cp, C, ws.t0);
-    pf.template tile<float>(blk, cp, C, ws.t1);
-    pf.template tile<T>(blk, cp, C, ws.t2);
-    pf.template tile<float>(blk, cp, C, ws.t3);
-    pf.template tile<T>(blk, cp, C, ws.t4);
+    pf.template tile<T>(blk, cp, C, ws.Xw);
+    pf.template tile<float>(blk, cp, C, ws.Delta);
+    pf.template tile<T>(blk, cp, C, ws.Xq);
+    pf.template tile<float>(blk, cp, C, ws.Xk);
+    pf.template tile<T>(blk, cp, C, ws.dDelta);
   }
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = tid; e < C * LC; e += NTHR) {
@@ -1510,7 +1512,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
   for (int ks = 0; ks < G::NKS; ++ks) {
     const int k0 = ks * KS;
     load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr);
-    load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t0), k0, X);
+    load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xw), k0, X);
     row_to_block_start<G>(blk, gs, sk, xk);
     for (int e = tid; e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
@@ -1544,8 +1546,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int vs = 0; vs < G::NKS; ++vs) {
       const int v0 = vs * KS;
       load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
-      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.t1), v0, sk);  // Delta
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t4), v0, X);   // dDelta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.Delta), v0, sk);  // Delta
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.dDelta), v0, X);   // dDelta
       load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
       blk.sync();
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -1612,7 +1614,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
     for (int ks = 0; ks < G::NKS; ++ks) {
       const int k0 = ks * KS;
       load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga);
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t0), k0, X);  // X_w
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xw), k0, X);  // X_w
       row_to_block_start<G>(blk, gs, sq, xq);
       row_to_block_start<G>(blk, gs, sk, xk);
       blk.sync();
@@ -1632,7 +1634,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
           AllTiles(), KFromRow());
       blk.sync();
       add_row_sums<C, KS, NTHR>(blk, dbe, [&](int s, int c) { return yv[s * LS + c]; });
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.t2), k0, X);  // X_q (X_w no longer read)
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xq), k0, X);  // X_q (X_w no longer read)
       blk.sync();
       // (b) dQ~ = scale X_q
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -1642,7 +1644,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         dG[r * LS + c] += t * sq[r * LS + c];
       }
       blk.sync();
-      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.t3), k0, X);  // X_k = dKbar
+      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.Xk), k0, X);  // X_k = dKbar
       blk.sync();
       // (c) Kbar = K^ e^{gamma - Gamma}
       for (int e = tid; e < C * KS; e += NTHR) {
@@ -1740,8 +1742,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
         const float dg0 = dG[at], dg1 = dG[at + 1];
         if (r < cp.L) st2(df, cp.in(dm, r, k0 + c), dg0 * gx[at], dg1 * gx[at + 1]);
         dA_acc += dg0 * ga[at] + dg1 * ga[at + 1];
-        st2(static_cast<T*>(ws.t2), cp.ws(dm, r, k0 + c), DQ[at], DQ[at + 1]);
-        st2(static_cast<float*>(ws.t3), cp.ws(dm, r, k0 + c), DK[at], DK[at + 1]);
+        st2(dq_hat, cp.ws(dm, r, k0 + c), DQ[at], DQ[at + 1]);
+        st2(dk_hat, cp.ws(dm, r, k0 + c), DK[at], DK[at + 1]);
       }
       add_row_sums<C, KS, NTHR>(blk, dotq, [&](int r, int c) { return DQ[r * LS + c] * sq[r * LS + c]; });
       add_row_sums<C, KS, NTHR>(blk, dotk, [&](int r, int c) { return DK[r * LS + c] * sk[r * LS + c]; });
@@ -1762,8 +1764,8 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const Workspace& ws, Blk&
       float qh[2], kh[2], dqh[2], dkh[2];
       ld2(q, ii, qh[0], qh[1]);
       ld2(k, ii, kh[0], kh[1]);
-      ld2(static_cast<const T*>(ws.t2), wi, dqh[0], dqh[1]);
-      ld2(static_cast<const float*>(ws.t3), wi, dkh[0], dkh[1]);
+      ld2(static_cast<const T*>(dq_hat), wi, dqh[0], dqh[1]);
+      ld2(static_cast<const float*>(dk_hat), wi, dkh[0], dkh[1]);
       float oq[2], ok[2];
       for (int u = 0; u < 2; ++u) {
         oq[u] = rq[r] * (dqh[u] - dotq[r] * qh[u] * rq[r]);

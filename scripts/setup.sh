@@ -26,7 +26,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(cmake ninja-build g++ libcli11-dev libspdlog-dev nlohmann-json3-dev catch2 python3)
+packages=(cmake ninja-build g++ libcli11-dev libspdlog-dev nlohmann-json3-dev catch2 python3 clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

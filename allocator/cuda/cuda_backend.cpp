@@ -104,10 +104,31 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-bool cuda_available() {
+namespace {
+struct CudaProbe {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  std::string why;  // empty when count > 0
+};
+const CudaProbe& probe() {
+  static const CudaProbe p = [] {
+    CudaProbe r;
+    cudaError_t err = cudaGetDeviceCount(&r.count);
+    if (err != cudaSuccess) {
+      r.why = cudaGetErrorString(err);
+      r.count = 0;
+      (void)cudaGetLastError();  // clear the sticky error state
+    } else if (r.count == 0) {
+      r.why = "no CUDA device found";
+    }
+    return r;
+  }();
+  return p;
 }
+}  // namespace
+
+bool cuda_available() { return probe().count > 0; }
+int cuda_device_count() { return probe().count; }
+const std::string& cuda_unavailable_reason() { return probe().why; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   int count = 0;

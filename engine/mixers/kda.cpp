@@ -51,7 +51,7 @@ struct KdaSaved {
   kda::Dims dims;
   bool has_h0 = false;
   // fused: the state trajectory and the forward's intra-chunk tiles (kernels/kda.h,
-  // Workspace: W, U, scale Q~, Kbar, A_qk, gamma). The backward rewrites the tiles in
+  // ForwardWorkspace: W, U, sQ, Kbar, Aqk, gamma). The backward rewrites the tiles in
   // place, so they serve one backward: a second one on the same saved state throws. It
   // releases A_qk after its first launch (the gradients reuse that memory).
   Tensor h;                // [B,H,NT,D,D] f32 state trajectory
@@ -368,9 +368,15 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   sv.Aqk = tile_of(wb.aqk, dt, dev);
   sv.gamma = tile_of(wb.gamma, DType::f32, dev);
   const Tensor Qp = tile_of(wb.tile, dt, dev), Ob = tile_of(wb.tile, dt, dev);  // forward only
-  kda::Workspace ws;
-  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = Qp.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
-  ws.t4 = Ob.data_ptr(); ws.sq = sv.sQ.data_ptr(); ws.aqk = sv.Aqk.data_ptr(); ws.gamma = sv.gamma.data<float>();
+  kda::ForwardWorkspace ws;
+  ws.W = sv.W.data_ptr();
+  ws.U = sv.U.data<float>();
+  ws.sQ = sv.sQ.data_ptr();
+  ws.Kbar = sv.Kbar.data<float>();
+  ws.Aqk = sv.Aqk.data_ptr();
+  ws.gamma = sv.gamma.data<float>();
+  ws.Qp = Qp.data_ptr();
+  ws.Ob = Ob.data_ptr();
 #if LINTRAIN_WITH_CUDA
   if (dev.is_cuda()) kda::fused_forward_cuda(a, ws, current_stream(dev).handle());
   else
@@ -396,8 +402,15 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   a.dht = dht.defined() ? dht.data<float>() : nullptr;
   const DType dt = in.q.dtype();
   const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
-  kda::Workspace ws;
-  ws.t0 = sv.W.data_ptr(); ws.t1 = sv.U.data_ptr(); ws.t2 = sv.sQ.data_ptr(); ws.t3 = sv.Kbar.data_ptr();
+  // The saved tiles are read and rewritten in place (kernels/kda.h): Xw over W, Delta over U,
+  // Xq over sQ, Xk over Kbar, dDelta over AqkT_dO.
+  kda::BackwardWorkspace ws;
+  ws.W = ws.Xw = sv.W.data_ptr();
+  ws.Delta = sv.U.data<float>();
+  ws.U = ws.Delta;
+  ws.sQ = ws.Xq = sv.sQ.data_ptr();
+  ws.Xk = sv.Kbar.data<float>();
+  ws.Kbar = ws.Xk;
   ws.gamma = sv.gamma.data<float>();
   auto run = [&](kda::BackwardPart part) {
 #if LINTRAIN_WITH_CUDA
@@ -406,16 +419,16 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
 #endif
       kda::fused_backward_cpu(a, ws, part);
   };
-  // Part 1 (aqk_dO): t4 = A_qk^T dO. A_qk is dead after it: it goes back to the caching
+  // Part 1 (aqk_dO): AqkT_dO = A_qk^T dO. A_qk is dead after it: it goes back to the caching
   // allocator before the gradients are allocated (stream order makes the reuse safe), which
   // pays for the fp32 Kbar / X_k tile (kernels/kda.h).
-  const Tensor t4 = tile_of(wb.tile, dt, dev), counters = tile_of(wb.counters, DType::i32, dev);
-  ws.t4 = t4.data_ptr();
-  ws.aqk = sv.Aqk.data_ptr();
+  const Tensor AqkT_dO = tile_of(wb.tile, dt, dev), counters = tile_of(wb.counters, DType::i32, dev);
+  ws.AqkT_dO = ws.dDelta = AqkT_dO.data_ptr();
+  ws.Aqk = sv.Aqk.data_ptr();
   ws.counters = static_cast<uint32_t*>(counters.data_ptr());
   run(kda::BackwardPart::aqk_dO);
   sv.consumed = true;  // (argument errors throw before any kernel runs: the tiles are intact then)
-  ws.aqk = nullptr;
+  ws.Aqk = nullptr;
   sv.Aqk = Tensor();
   // Part 2 (inter adjoint, intra adjoint): the gradients.
   KdaGrads g;

@@ -46,8 +46,8 @@ struct KdaInputs {
 };
 
 // What the backward needs; path-specific. Fused: the state trajectory h [B,H,NT,D,D] f32 and
-// the forward's chunk tiles (W, U, scale Q~, Kbar, A_qk, gamma: the Workspace contract in
-// kernels/kda.h), which the backward rewrites in place: one backward per
+// the forward's chunk tiles (W, U, sQ = scale Q~, Kbar, Aqk, gamma: ForwardWorkspace and
+// BackwardWorkspace in kernels/kda.h), which the backward rewrites in place: one backward per
 // saved state (a second one throws). Drop it (out.saved.reset()) after an eval-only forward.
 struct KdaSaved;
 

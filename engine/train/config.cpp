@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 namespace lt::train {
@@ -166,6 +165,15 @@ bool path_exists_or_glob(const std::string& p) {
   bool found = ::glob(p.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
   globfree(&g);
   return found;
+}
+
+// auto | cpu | cuda | cuda:N
+bool device_spec_ok(const std::string& d) {
+  if (d == "auto" || d == "cpu" || d == "cuda") return true;
+  if (d.size() <= 5 || d.compare(0, 5, "cuda:") != 0) return false;
+  for (size_t i = 5; i < d.size(); ++i)
+    if (d[i] < '0' || d[i] > '9') return false;
+  return true;
 }
 
 template <class T>
@@ -349,8 +357,7 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   rc.description = get<std::string>(eff, "description");
   rc.out_dir = get<std::string>(eff, "out");
   rc.device = get<std::string>(eff, "device");
-  static const std::regex device_re("auto|cpu|cuda(:[0-9]+)?");
-  if (!std::regex_match(rc.device, device_re))
+  if (!device_spec_ok(rc.device))
     throw ConfigError("config key 'device': expected auto, cpu, cuda or cuda:N, got \"" + rc.device + "\"");
   if (rc.out_dir.empty()) throw ConfigError("config key 'out': expected a folder path, got an empty string");
 

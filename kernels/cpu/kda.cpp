@@ -314,19 +314,22 @@ void check_fused_args(const FusedArgs& a, BackwardPart part) {
     throw std::invalid_argument("kda fused: missing gradient pointer (dq, dk, dv, df, db, dA_log or ddt_bias)");
 }
 
-void check_workspace(const Workspace& ws) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: workspace " + what); };
-  if (!ws.t0 || !ws.t1 || !ws.t2 || !ws.t3 || !ws.t4 || !ws.aqk || !ws.gamma) fail("tile pointer missing");
-  if (!ws.sq) fail("sq (scale Q~, kept for the backward) missing");
+void check_workspace(const ForwardWorkspace& ws) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: forward workspace " + what); };
+  if (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.Aqk || !ws.gamma)
+    fail("saved tile missing (W, U, sQ, Kbar, Aqk or gamma)");
+  if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 
-void check_workspace(const Workspace& ws, BackwardPart part) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: workspace " + what); };
-  if (!ws.t4 || !ws.counters) fail("t4 or counters missing");
-  if (part != BackwardPart::adjoints && !ws.aqk) fail("aqk (A_qk, read by the aqk_dO launch) missing");
+void check_workspace(const BackwardWorkspace& ws, BackwardPart part) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
+  if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
+  if (part != BackwardPart::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
+  if (part != BackwardPart::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
+    fail("saved tile missing (W, U, sQ, Kbar or gamma)");
   if (part != BackwardPart::aqk_dO &&
-      (!ws.t0 || !ws.t1 || !ws.t2 || !ws.t3 || !ws.gamma || !ws.dgamma_s || !ws.partials))
-    fail("backward tile or scratch pointer missing");
+      (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
+    fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");
 }
 
 namespace {
@@ -436,7 +439,7 @@ void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
 
 
 template <class G, class T, bool kTC>
-void twin_forward(const FusedArgs& a, const Workspace& ws) {
+void twin_forward(const FusedArgs& a, const ForwardWorkspace& ws) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
@@ -447,7 +450,7 @@ void twin_forward(const FusedArgs& a, const Workspace& ws) {
 }
 
 template <class G, class T, bool kTC>
-void twin_backward(const FusedArgs& a, const Workspace& ws, BackwardPart part) {
+void twin_backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   if (part != BackwardPart::adjoints)
     emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
@@ -465,7 +468,7 @@ void twin_backward(const FusedArgs& a, const Workspace& ws, BackwardPart part) {
 
 }  // namespace
 
-void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
+void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws) {
   check_fused_args(a);
   check_workspace(ws);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
@@ -474,7 +477,7 @@ void fused_forward_cpu(const FusedArgs& a, const Workspace& ws) {
   });
 }
 
-void fused_backward_cpu(const FusedArgs& a, const Workspace& ws, BackwardPart part) {
+void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
   check_fused_args(a, part);
   check_workspace(ws, part);
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {

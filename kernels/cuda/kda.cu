@@ -41,12 +41,12 @@ struct CudaBlk {
   }
 };
 
-// One thin wrapper per program, on purpose: a shared template with an explicit
-// __launch_bounds__(NTHR, 1) compiled the intra program to 104 registers where
-// __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and the intra kernel went from
-// 0.152 to 0.212 ms on the H200 (docs/notes-kda.md, second session).
+// One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared
+// template with an explicit __launch_bounds__(NTHR, 1) compiles the intra program to 104
+// registers where __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and is slower
+// (docs/notes-kda.md, "Measurements behind the kernel constants").
 template <class G, class T, bool kTC>
-__global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspace ws) {
+__global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Workspa
 }
 
 template <class G, class T, bool kTC>
-__global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, Workspace ws) {
+__global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, Worksp
 }
 
 template <class G, class T, bool kTC>
-__global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Workspace ws) {
+__global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t g = blockIdx.x;
@@ -71,14 +71,14 @@ __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Works
 }
 
 template <class G, class T, bool kTC>
-__global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs a, Workspace ws) {
+__global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
-__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks) kda_intra_adjoint_kernel(FusedArgs a, Workspace ws) {
+__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks) kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
@@ -94,7 +94,7 @@ void allow_smem(K* kernel, size_t bytes) {
 
 
 template <class G, class T, bool kTC>
-void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
+void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   auto* kda_fwd_intra = &kda_intra_kernel<G, T, kTC>;
   auto* kda_fwd_inter = &kda_inter_kernel<G, T, kTC>;
@@ -117,7 +117,7 @@ void launch_forward(const FusedArgs& a, const Workspace& ws, cudaStream_t s) {
 }
 
 template <class G, class T, bool kTC>
-void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s, BackwardPart part) {
+void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
@@ -150,7 +150,7 @@ void launch_backward(const FusedArgs& a, const Workspace& ws, cudaStream_t s, Ba
 
 }  // namespace
 
-void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
+void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {
   check_fused_args(a);
   check_workspace(ws);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -160,7 +160,7 @@ void fused_forward_cuda(const FusedArgs& a, const Workspace& ws, void* stream) {
   });
 }
 
-void fused_backward_cuda(const FusedArgs& a, const Workspace& ws, void* stream, BackwardPart part) {
+void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream, BackwardPart part) {
   check_fused_args(a, part);
   check_workspace(ws, part);
   cudaStream_t s = static_cast<cudaStream_t>(stream);

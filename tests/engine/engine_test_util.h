@@ -9,6 +9,7 @@
 
 #include "engine/ops.h"
 #include "engine/tensor.h"
+#include "tests/support/compare.h"  // rel_err, rel_err_l2
 
 namespace lt::test {
 
@@ -51,17 +52,6 @@ inline double max_abs(const std::vector<double>& v) {
   for (double x : v) m = std::max(m, std::fabs(x));
   return m;
 }
-// max |a - b| / max(max |b|, 1e-30); inf on a NaN.
-inline double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  }
-  return m / std::max(max_abs(b), 1e-30);
-}
-
 // Reference bf16 / f16 rounding: nearest representable value by exhaustive neighbour
 // comparison in double (ties to the even bit pattern). Independent of kernels/half.h.
 inline uint16_t ref_round_to_16(float f, bool bf16) {

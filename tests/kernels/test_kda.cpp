@@ -1,7 +1,8 @@
 // KDA on the CPU: the naive recurrence against finite differences (float64), and the CPU
 // twins of the fused kernels (the kernels' own block programs on an emulated block)
 // against the naive recurrence. Inputs are fresh random draws each run (seed printed;
-// LT_TEST_SEED=<n> replays one).
+// LINTRAIN_TEST_SEED=<n> replays one). The mixer's Tensor API is tested in
+// tests/engine/mixers/test_kda_mixer.cpp.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "kernels/kda.h"
-#include "tests/kernels/kda_testing.h"
+#include "tests/support/kda_testing.h"
 
 using namespace lt;
 using namespace lt::kda;
@@ -58,33 +59,34 @@ Result run_fused_twin(const Case& c, const Data& x) {
   Typed o(c.dtype, n), dq(c.dtype, n), dk(c.dtype, n), dv(c.dtype, n), df(c.dtype, n), db(c.dtype, nb);
   std::vector<float> ht(ns, NAN), h(trajectory_bytes(d) / 4, NAN), dA_log(d.H, NAN), ddt(d.H * d.D, NAN), dh0(ns, NAN);
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
-  const size_t tile_elems = wb.tile / dtype_size(c.dtype);
-  std::vector<Typed> t;
-  for (int i = 0; i < 6; ++i)  // t1, t3 fp32; t[5] = sq
-    t.emplace_back(i == 1 || i == 3 ? DType::f32 : c.dtype, i == 1 || i == 3 ? wb.tile_f32 / 4 : tile_elems);
+  const size_t tile_elems = wb.tile / dtype_size(c.dtype), tile_f32_elems = wb.tile_f32 / 4;
+  // every buffer poisoned with NaN (Typed(dtype, n) and the NAN fills)
+  Typed W(c.dtype, tile_elems), sQ(c.dtype, tile_elems), Qp(c.dtype, tile_elems), Ob(c.dtype, tile_elems);
+  Typed U(DType::f32, tile_f32_elems), Kbar(DType::f32, tile_f32_elems);
   Typed aqk(c.dtype, wb.aqk / dtype_size(c.dtype));
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
-  for (auto& e : t) e.poison();
-  aqk.poison();
-  Workspace ws;
-  ws.t0 = t[0].data(); ws.t1 = t[1].data(); ws.t2 = t[2].data(); ws.t3 = t[3].data(); ws.t4 = t[4].data();
-  ws.sq = t[5].data(); ws.aqk = aqk.data(); ws.gamma = gam.data();
+  ForwardWorkspace fw;
+  fw.W = W.data(); fw.U = static_cast<float*>(U.data()); fw.sQ = sQ.data(); fw.Kbar = static_cast<float*>(Kbar.data());
+  fw.Aqk = aqk.data(); fw.gamma = gam.data(); fw.Qp = Qp.data(); fw.Ob = Ob.data();
 
   FusedArgs a;
   a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
   a.q = q.data(); a.k = k.data(); a.v = v.data(); a.f = f.data(); a.b = b.data();
   a.A_log = A_log.data(); a.dt_bias = dt_bias.data(); a.h0 = c.h0 ? h0.data() : nullptr;
   a.o = o.data(); a.ht = ht.data(); a.h = h.data();
-  fused_forward_cpu(a, ws);
+  fused_forward_cpu(a, fw);
 
-  // The backward keeps the forward's saved tiles (W, U, scale Q~ as t2, Kbar, A_qk, gamma:
-  // kernels/kda.h); everything else it reads must be rebuilt, so the forward-only Qp / Ob and
-  // the backward's own scratch are poisoned.
-  t[2].poison();
-  t[4].poison();
-  ws.t2 = t[5].data();
-  ws.sq = nullptr;
+  // The backward keeps the forward's saved tiles (W, U, sQ, Kbar, Aqk, gamma: kernels/kda.h)
+  // and rewrites them in place, as the engine runs it (Xw over W, Delta over U, Xq over sQ,
+  // Xk over Kbar); everything else it reads must be rebuilt, so the forward-only Qp / Ob are
+  // poisoned and Ob's storage serves as AqkT_dO / dDelta.
+  Qp.poison();
+  Ob.poison();
+  BackwardWorkspace ws;
+  ws.Aqk = fw.Aqk; ws.W = fw.W; ws.U = fw.U; ws.sQ = fw.sQ; ws.Kbar = fw.Kbar; ws.gamma = fw.gamma;
+  ws.AqkT_dO = Ob.data();
+  ws.Xw = fw.W; ws.Delta = fw.U; ws.Xq = fw.sQ; ws.Xk = fw.Kbar; ws.dDelta = Ob.data();
   ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
   a.dO = dO.data(); a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data(); a.dk = dk.data(); a.dv = dv.data(); a.df = df.data(); a.db = db.data();
@@ -93,7 +95,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   // and its pointer withdrawn: the adjoints must not read it).
   fused_backward_cpu(a, ws, BackwardPart::aqk_dO);
   aqk.poison();
-  ws.aqk = nullptr;
+  ws.Aqk = nullptr;
   fused_backward_cpu(a, ws, BackwardPart::adjoints);
 
   Result r;
@@ -126,10 +128,10 @@ TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", 
                          {"ddt_bias", &x.dt_bias, &r.ddt_bias}, {"dh0", &x.h0, &r.dh0}};
     for (auto& g : gs) {
       const std::vector<double> fd = finite_diff(c, x, g.input, eps);
-      const double e = rel_err(*g.grad, fd);
+      const double e = rel_err_l2(*g.grad, fd);
       std::printf("[kda] naive vs finite differences (%s, seed %llu): %s rel err %.2e\n",
                   lb ? "lower-bound gate" : "default gate", (unsigned long long)seed, g.name, e);
-      INFO(g.name << " seed " << seed);
+      INFO(g.name << " seed " << seed << replay_hint());
       CHECK(e < 1e-7);
     }
   }
@@ -190,106 +192,8 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
     std::printf("[kda] twin vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted);
+    INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
-  }
-}
-
-// ---- Tensor-level API: the ops path (CPU) and the fused twins through engine/mixers ------
-#include "engine/mixers/kda.h"
-#include "engine/ops.h"
-
-namespace {
-
-TensorCase to_tensors(const Case& c, const Data& x, DType dt) {
-  const Dims& d = c.dims;
-  const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
-  const DType pdt = dt == DType::f64 ? DType::f64 : DType::f32;
-  TensorCase t;
-  t.q = Tensor::from_vector(x.q, s4, dt); t.k = Tensor::from_vector(x.k, s4, dt);
-  t.v = Tensor::from_vector(x.v, s4, dt); t.f = Tensor::from_vector(x.f, s4, dt);
-  t.b = Tensor::from_vector(x.b, s3, dt); t.dO = Tensor::from_vector(x.dO, s4, dt);
-  t.A_log = Tensor::from_vector(x.A_log, {d.H}, pdt);
-  t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, pdt);
-  if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, pdt);
-  if (c.dht) t.dht = Tensor::from_vector(x.dht, ss, pdt);
-  return t;
-}
-
-
-}  // namespace
-
-TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
-  const uint64_t seed = test_seed() + 3;
-  struct Row { Dims d; bool h0, dht, lb; DType dt; double tol; };
-  const std::vector<Row> rows = {
-      {{2, 37, 2, 16, 16}, true, true, false, DType::f64, 1e-10},  // f64: the chunk algorithm itself
-      {{1, 45, 2, 8, 8}, false, true, true, DType::f64, 1e-10},    // lower-bound gate, C = 8
-      {{2, 50, 1, 32, 32}, true, false, false, DType::f64, 1e-10},
-      {{2, 37, 2, 16, 16}, true, true, false, DType::f32, 1e-5},
-  };
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Case c;
-    c.dims = rows[i].d; c.h0 = rows[i].h0; c.dht = rows[i].dht; c.dtype = rows[i].dt;
-    c.gate.use_lower_bound = rows[i].lb;
-    const Data x = make_data(c, seed + i);
-    const Result ref = run_naive(c, x);
-    const Result got = run_mixer(c, to_tensors(c, x, c.dtype), mixers::KdaPath::ops);
-    const ErrReport e = compare(got, ref, false, true, c.h0);
-    // f32 rows: the adaptive gate (kda_testing.h) against what naive f32 itself costs
-    const ErrReport e32 = c.dtype == DType::f64 ? ErrReport{} : compare(run_naive_f32(c, x), ref, false, true, c.h0);
-    const Gated gt = gate_errors(e, e32, rows[i].tol);
-    std::printf("[kda] ops (CPU) vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted);
-    CHECK(gt.pass);
-  }
-}
-
-TEST_CASE("KDA Tensor API: fused (CPU twins) and naive paths agree with ops", "[kda][ops]") {
-  const uint64_t seed = test_seed() + 4;
-  Case c;
-  c.dims = {1, 40, 2, 64, 16};
-  c.h0 = true;
-  c.dht = true;
-  const Data x = make_data(c, seed);
-  const TensorCase t = to_tensors(c, x, DType::f32);
-  const Result ops_r = run_mixer(c, t, mixers::KdaPath::ops);
-  const Result fused_r = run_mixer(c, t, mixers::KdaPath::fused);
-  const Result naive_r = run_mixer(c, t, mixers::KdaPath::naive);
-  const ErrReport ef = compare(fused_r, ops_r, false, true, true);
-  const ErrReport en = compare(naive_r, ops_r, false, true, true);
-  const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, true);  // fp32's own cost
-  const Gated gf = gate_errors(ef, e32, 1e-5), gn = gate_errors(en, e32, 1e-5);
-  std::printf("[kda] tensor API fused(twin) vs ops %s worst %.2e:%s%s\n", c.name().c_str(), ef.worst(), ef.str().c_str(), gf.adapted.c_str());
-  std::printf("[kda] tensor API naive vs ops %s worst %.2e:%s%s\n", c.name().c_str(), en.worst(), en.str().c_str(), gn.adapted.c_str());
-  INFO("seed " << seed);
-  CHECK(gf.pass);
-  CHECK(gn.pass);
-}
-
-TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one throws", "[kda]") {
-  // The fused backward rewrites the forward's saved tiles in place (kernels/kda.h): a second
-  // backward on the same saved state must fail loudly, not return wrong gradients.
-  Case c;
-  c.dims = {1, 20, 1, 64, 16};
-  const Data x = make_data(c, test_seed() + 5);
-  const TensorCase t = to_tensors(c, x, DType::f32);
-  mixers::KdaConfig cfg;
-  cfg.chunk = c.dims.C;
-  cfg.path = mixers::KdaPath::fused;
-  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
-  auto saved = out.saved;  // a second reference, as a careless caller would keep
-  const mixers::KdaGrads g1 = mixers::kda_backward(saved, t.dO);
-  const std::vector<double> dq1 = g1.dq.to_vector();
-  bool finite = true;
-  for (double v : dq1) finite = finite && std::isfinite(v);
-  CHECK(finite);
-  try {
-    (void)mixers::kda_backward(saved, t.dO);
-    FAIL("second backward on a consumed saved state did not throw");
-  } catch (const std::invalid_argument& e) {
-    const std::string msg = e.what();
-    CHECK(msg.find("consumed") != std::string::npos);
   }
 }
 
@@ -304,9 +208,10 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   a.A_log = a.dt_bias = dummy;
   a.h = dummy;
   a.dO = p;
-  Workspace ws;
-  ws.t0 = ws.t1 = ws.t2 = ws.t3 = ws.t4 = p;
-  ws.gamma = ws.dgamma_s = ws.partials = dummy;
+  BackwardWorkspace ws;
+  ws.W = ws.sQ = ws.AqkT_dO = ws.Xw = ws.Xq = ws.dDelta = p;
+  ws.U = ws.Kbar = ws.gamma = dummy;
+  ws.Delta = ws.Xk = ws.dgamma_s = ws.partials = dummy;
   ws.counters = reinterpret_cast<uint32_t*>(dummy);
   auto message = [&](BackwardPart part) -> std::string {
     try {
@@ -316,14 +221,14 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
     }
     return "(no exception)";
   };
-  // aqk_dO needs A_qk; the gradient pointers are not needed yet, so the missing aqk is what it names.
-  CHECK(message(BackwardPart::aqk_dO).find("aqk") != std::string::npos);
+  // aqk_dO needs A_qk; the gradient pointers are not needed yet, so the missing Aqk is what it names.
+  CHECK(message(BackwardPart::aqk_dO).find("Aqk") != std::string::npos);
   // the adjoints need the gradient pointers (and never A_qk)
   CHECK(message(BackwardPart::adjoints).find("gradient pointer") != std::string::npos);
   a.dq = a.dk = a.dv = a.df = a.db = p;
   a.dA_log = a.ddt_bias = dummy;
   ws.partials = nullptr;
-  CHECK(message(BackwardPart::adjoints).find("backward tile or scratch") != std::string::npos);
+  CHECK(message(BackwardPart::adjoints).find("partials") != std::string::npos);
   a.dO = nullptr;
   CHECK(message(BackwardPart::all).find("dO") != std::string::npos);
 }

@@ -1,5 +1,5 @@
 // KDA fused CUDA kernels on the GPU against the float64 naive recurrence on the CPU, on
-// fresh random inputs (seed printed; LT_TEST_SEED replays), with every output, gradient and
+// fresh random inputs (seed printed; LINTRAIN_TEST_SEED replays), with every output, gradient and
 // scratch buffer NaN-poisoned before each run (allocator poison mode + explicit 0xFF fill),
 // so an element a kernel fails to write fails the test. Tolerance on ||x - ref|| / ||ref||:
 // 1e-5 for f32 inputs, 1e-2 for bf16 inputs. Skipped (exit 77) without a GPU.
@@ -16,7 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/kda.h"
 #include "kernels/launch.h"
-#include "tests/kernels/kda_testing.h"
+#include "tests/support/kda_testing.h"
 
 using namespace lt;
 using namespace lt::kda;
@@ -72,16 +72,19 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.h = static_cast<float*>(dev.get(trajectory_bytes(d)));
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   // Forward workspace (every buffer NaN-poisoned by Dev::get); the backward keeps the
-  // forward's saved tiles (W, U, scale Q~ as t2, Kbar, A_qk, gamma: kernels/kda.h) and gets
-  // fresh poisoned t4 / dgamma_s / partials / counters, with the forward-only Qp / Ob gone.
-  Workspace fw;
-  fw.t0 = dev.get(wb.tile); fw.t1 = dev.get(wb.tile_f32); fw.t2 = dev.get(wb.tile);
-  fw.t3 = dev.get(wb.tile_f32); fw.t4 = dev.get(wb.tile); fw.sq = dev.get(wb.tile); fw.aqk = dev.get(wb.aqk);
+  // forward's saved tiles (W, U, sQ, Kbar, Aqk, gamma: kernels/kda.h) and rewrites them in
+  // place as the engine runs it (Xw over W, Delta over U, Xq over sQ, Xk over Kbar), and gets
+  // a fresh poisoned AqkT_dO (= dDelta) / dgamma_s / partials / counters; Qp / Ob are unused.
+  ForwardWorkspace fw;
+  fw.W = dev.get(wb.tile); fw.U = static_cast<float*>(dev.get(wb.tile_f32)); fw.sQ = dev.get(wb.tile);
+  fw.Kbar = static_cast<float*>(dev.get(wb.tile_f32)); fw.Aqk = dev.get(wb.aqk);
   fw.gamma = static_cast<float*>(dev.get(wb.gamma));
+  fw.Qp = dev.get(wb.tile); fw.Ob = dev.get(wb.tile);
   fused_forward_cuda(a, fw, nullptr);
-  Workspace bw;
-  bw.t0 = fw.t0; bw.t1 = fw.t1; bw.t2 = fw.sq; bw.t3 = fw.t3; bw.aqk = fw.aqk; bw.gamma = fw.gamma;
-  bw.t4 = dev.get(wb.tile);
+  BackwardWorkspace bw;
+  bw.Aqk = fw.Aqk; bw.W = fw.W; bw.U = fw.U; bw.sQ = fw.sQ; bw.Kbar = fw.Kbar; bw.gamma = fw.gamma;
+  bw.AqkT_dO = dev.get(wb.tile);
+  bw.Xw = fw.W; bw.Delta = fw.U; bw.Xq = fw.sQ; bw.Xk = fw.Kbar; bw.dDelta = bw.AqkT_dO;
   bw.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
   bw.partials = static_cast<float*>(dev.get(wb.partials));
   bw.counters = static_cast<uint32_t*>(dev.get(wb.counters));
@@ -166,7 +169,7 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
     const Gated gt = gate_errors(e, e32, tol);
     std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
     (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) = std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
-    INFO(c.name() << " seed " << s << e.str() << gt.adapted);
+    INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
   std::printf("[kda] cuda fused vs naive: worst f32 %.2e (tol 1e-5), worst bf16 %.2e (tol 1e-2), seed %llu\n",
@@ -191,124 +194,4 @@ TEST_CASE("KDA fused CUDA launches: 2 forward + 3 backward", "[kda][cuda]") {
   CHECK(m["kda/inter_adjoint"] == 1);
   CHECK(m["kda/intra_adjoint"] == 1);
   CHECK(total_launches() == 5);
-}
-
-// ---- Tensor API on CUDA: fused vs the ops path; the allocator gate ------------------------
-#include "engine/mixers/kda.h"
-#include "engine/ops.h"
-
-namespace {
-
-TensorCase upload(const Case& c, const Data& x) {
-  const Dims& d = c.dims;
-  const Device dev = Device::cuda(0);
-  const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
-  TensorCase t;
-  t.q = Tensor::from_vector(x.q, s4, c.dtype, dev); t.k = Tensor::from_vector(x.k, s4, c.dtype, dev);
-  t.v = Tensor::from_vector(x.v, s4, c.dtype, dev); t.f = Tensor::from_vector(x.f, s4, c.dtype, dev);
-  t.b = Tensor::from_vector(x.b, s3, c.dtype, dev); t.dO = Tensor::from_vector(x.dO, s4, c.dtype, dev);
-  t.A_log = Tensor::from_vector(x.A_log, {d.H}, DType::f32, dev);
-  t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, DType::f32, dev);
-  if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, DType::f32, dev);
-  if (c.dht) t.dht = Tensor::from_vector(x.dht, ss, DType::f32, dev);
-  return t;
-}
-
-
-}  // namespace
-
-TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]") {
-  alloc::cuda_allocator(0).set_poison(true);
-  const uint64_t seed = test_seed() + 11;
-  std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, DType dt) {
-    Case c;
-    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
-    cases.push_back(c);
-  };
-  add({8, 512, 12, 64, 16}, false, false, DType::f32);
-  add({8, 512, 12, 64, 64}, false, false, DType::f32);
-  add({8, 512, 12, 64, 64}, false, false, DType::bf16);
-  add({2, 300, 3, 64, 32}, true, true, DType::f32);
-  add({2, 200, 2, 128, 64}, true, true, DType::f32);
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    const Data x = make_data(c, seed + i);
-    const TensorCase t = upload(c, x);
-    const Result ops_r = run_mixer(c, t, mixers::KdaPath::ops);
-    const Result fused_r = run_mixer(c, t, mixers::KdaPath::fused);
-    const ErrReport e = compare(fused_r, ops_r, false, true, c.h0);
-    // the ops path computes bf16 inputs in f32: the comparison then carries bf16 rounding.
-    // Adaptive gate (kda_testing.h): what the naive f32 recurrence itself misses the ops
-    // result by, on these inputs.
-    const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, c.h0);
-    const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
-    const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted);
-    CHECK(gt.pass);
-  }
-}
-
-TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajectory", "[kda][cuda][alloc]") {
-  alloc::CachingAllocator& A = alloc::cuda_allocator(0);
-  A.set_poison(false);
-  Case c;
-  c.dims = {8, 512, 12, 64, 16};
-  const Data x = make_data(c, test_seed() + 21);
-  const TensorCase t = upload(c, x);
-  const Dims& d = c.dims;
-  const int64_t traj = static_cast<int64_t>(trajectory_bytes(d));
-  struct Figures { int64_t allocs = 0, peak_in_use = 0, reserved = 0, big = 0; };
-  auto measure = [&](mixers::KdaPath path, Figures& fwd_f, Figures& bwd_f) {
-    mixers::KdaConfig cfg;
-    cfg.chunk = d.C;
-    cfg.path = path;
-    LT_CUDA_CHECK(cudaDeviceSynchronize());
-    A.empty_cache();
-    A.set_trace(true);
-    A.reset_peak_stats();
-    A.reset_accumulated_stats();
-    const int64_t in_use0 = A.stats().allocated_bytes.current, res0 = A.stats().reserved_bytes.current;
-    auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, Tensor()}, cfg);
-    LT_CUDA_CHECK(cudaDeviceSynchronize());
-    alloc::Stats s = A.stats();
-    fwd_f.allocs = s.allocation.allocated;
-    fwd_f.peak_in_use = s.allocated_bytes.peak - in_use0;
-    fwd_f.reserved = s.reserved_bytes.peak - res0;
-    for (auto& ev : A.trace())
-      if (ev.action == alloc::TraceAction::alloc && static_cast<int64_t>(ev.requested_size) >= traj) ++fwd_f.big;
-    // backward alone: cached blocks released first, so its reservation is its own
-    A.empty_cache();
-    A.set_trace(true);
-    A.reset_peak_stats();
-    A.reset_accumulated_stats();
-    const int64_t in_use1 = A.stats().allocated_bytes.current, res1 = A.stats().reserved_bytes.current;
-    {
-      auto g = mixers::kda_backward(std::move(out.saved), t.dO);
-      LT_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    s = A.stats();
-    bwd_f.allocs = s.allocation.allocated;
-    bwd_f.peak_in_use = s.allocated_bytes.peak - in_use1;
-    bwd_f.reserved = s.reserved_bytes.peak - res1;
-    for (auto& ev : A.trace())
-      if (ev.action == alloc::TraceAction::alloc && static_cast<int64_t>(ev.requested_size) >= traj) ++bwd_f.big;
-    A.set_trace(false);
-  };
-  Figures ff, fb, of, ob;
-  measure(mixers::KdaPath::fused, ff, fb);
-  measure(mixers::KdaPath::ops, of, ob);
-  auto line = [&](const char* name, const Figures& f) {
-    std::printf("[kda] alloc gate %-14s allocations %4lld  peak in-use %9.1f MB  reserved %9.1f MB  "
-                "allocations >= trajectory (%.1f MB): %lld\n", name, (long long)f.allocs, f.peak_in_use / 1e6,
-                f.reserved / 1e6, traj / 1e6, (long long)f.big);
-  };
-  line("fused forward", ff);
-  line("fused backward", fb);
-  line("ops forward", of);
-  line("ops backward", ob);
-  CHECK(fb.reserved < ob.reserved);
-  CHECK(ff.big == 1);  // the saved state trajectory h
-  CHECK(fb.big == 0);  // the backward allocates nothing of trajectory size
 }

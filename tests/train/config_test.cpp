@@ -94,6 +94,9 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
     CHECK_THAT(e, Catch::Contains("'model.arch'") && Catch::Contains("\"kda\", \"rwkv6\""));
     e = resolve_error(ojson::parse(R"({"device": "gpu"})"));
     CHECK_THAT(e, Catch::Contains("'device'"));
+    CHECK_THAT(resolve_error(ojson::parse(R"({"device": "cuda:"})")), Catch::Contains("'device'"));
+    CHECK_THAT(resolve_error(ojson::parse(R"({"device": "cuda:1x"})")), Catch::Contains("'device'"));
+    CHECK(resolve_error(ojson::parse(R"({"device": "cuda:12"})")).empty());
   }
   SECTION("NaN and inf") {
     CHECK_THAT(override_error("train.lr=nan"), Catch::Contains("'train.lr'") && Catch::Contains("NaN"));

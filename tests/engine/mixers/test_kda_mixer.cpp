@@ -1,0 +1,92 @@
+// The KDA mixer's Tensor API (engine/mixers/kda.h) on the CPU: the ops path against the
+// naive recurrence, the three paths against each other, and the one-backward rule of a fused
+// saved state. Inputs are fresh random draws each run (seed printed; LINTRAIN_TEST_SEED=<n>
+// replays one).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/mixers/kda.h"
+#include "tests/support/kda_testing.h"
+
+using namespace lt;
+using namespace lt::kda;
+using namespace lt::kda::testing;
+
+TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
+  const uint64_t seed = test_seed() + 3;
+  struct Row { Dims d; bool h0, dht, lb; DType dt; double tol; };
+  const std::vector<Row> rows = {
+      {{2, 37, 2, 16, 16}, true, true, false, DType::f64, 1e-10},  // f64: the chunk algorithm itself
+      {{1, 45, 2, 8, 8}, false, true, true, DType::f64, 1e-10},    // lower-bound gate, C = 8
+      {{2, 50, 1, 32, 32}, true, false, false, DType::f64, 1e-10},
+      {{2, 37, 2, 16, 16}, true, true, false, DType::f32, 1e-5},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Case c;
+    c.dims = rows[i].d; c.h0 = rows[i].h0; c.dht = rows[i].dht; c.dtype = rows[i].dt;
+    c.gate.use_lower_bound = rows[i].lb;
+    const Data x = make_data(c, seed + i);
+    const Result ref = run_naive(c, x);
+    const Result got = run_mixer(c, to_tensors(c, x, c.dtype), mixers::KdaPath::ops);
+    const ErrReport e = compare(got, ref, false, true, c.h0);
+    // f32 rows: the adaptive gate (kda_testing.h) against what naive f32 itself costs
+    const ErrReport e32 = c.dtype == DType::f64 ? ErrReport{} : compare(run_naive_f32(c, x), ref, false, true, c.h0);
+    const Gated gt = gate_errors(e, e32, rows[i].tol);
+    std::printf("[kda] ops (CPU) vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
+    CHECK(gt.pass);
+  }
+}
+
+TEST_CASE("KDA Tensor API: fused (CPU twins) and naive paths agree with ops", "[kda][ops]") {
+  const uint64_t seed = test_seed() + 4;
+  Case c;
+  c.dims = {1, 40, 2, 64, 16};
+  c.h0 = true;
+  c.dht = true;
+  const Data x = make_data(c, seed);
+  const TensorCase t = to_tensors(c, x, DType::f32);
+  const Result ops_r = run_mixer(c, t, mixers::KdaPath::ops);
+  const Result fused_r = run_mixer(c, t, mixers::KdaPath::fused);
+  const Result naive_r = run_mixer(c, t, mixers::KdaPath::naive);
+  const ErrReport ef = compare(fused_r, ops_r, false, true, true);
+  const ErrReport en = compare(naive_r, ops_r, false, true, true);
+  const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, true);  // fp32's own cost
+  const Gated gf = gate_errors(ef, e32, 1e-5), gn = gate_errors(en, e32, 1e-5);
+  std::printf("[kda] tensor API fused(twin) vs ops %s worst %.2e:%s%s\n", c.name().c_str(), ef.worst(), ef.str().c_str(), gf.adapted.c_str());
+  std::printf("[kda] tensor API naive vs ops %s worst %.2e:%s%s\n", c.name().c_str(), en.worst(), en.str().c_str(), gn.adapted.c_str());
+  INFO("seed " << seed << replay_hint());
+  CHECK(gf.pass);
+  CHECK(gn.pass);
+}
+
+TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one throws", "[kda]") {
+  // The fused backward rewrites the forward's saved tiles in place (kernels/kda.h): a second
+  // backward on the same saved state must fail loudly, not return wrong gradients.
+  Case c;
+  c.dims = {1, 20, 1, 64, 16};
+  const Data x = make_data(c, test_seed() + 5);
+  const TensorCase t = to_tensors(c, x, DType::f32);
+  mixers::KdaConfig cfg;
+  cfg.chunk = c.dims.C;
+  cfg.path = mixers::KdaPath::fused;
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto saved = out.saved;  // a second reference, as a careless caller would keep
+  const mixers::KdaGrads g1 = mixers::kda_backward(saved, t.dO);
+  const std::vector<double> dq1 = g1.dq.to_vector();
+  bool finite = true;
+  for (double v : dq1) finite = finite && std::isfinite(v);
+  CHECK(finite);
+  try {
+    (void)mixers::kda_backward(saved, t.dO);
+    FAIL("second backward on a consumed saved state did not throw");
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("consumed") != std::string::npos);
+  }
+}
