@@ -1,5 +1,5 @@
 // RWKV6 token mixer ("chunk RWKV6"): naive recurrence, chunked CPU twins of the fused CUDA
-// stages, and the CUDA launchers. Math: shared/math/kda-rwkv6.md section D.
+// stages, and the CUDA launchers. Math: docs/MATH.md (RWKV6).
 //
 // Operator, per (batch b, head h), rows t = 0..T-1, state S in R^{D x D} (row = key dim d,
 // column = value dim v):

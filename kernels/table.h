@@ -1,12 +1,12 @@
 // The op table: one KernelTable per backend (cpu_kernels(), cuda_kernels()), one entry per
 // op family. The engine validates shapes, builds the params struct and calls
-// kernels_for(device).<family>(...) (engine/dispatch.h); each family's file pair
+// kernels_for(device).<family>(...) (engine/detail.h); each family's file pair
 // (kernels/cpu/<family>.cpp, kernels/cuda/<family>.cu) implements the entry, picking the
 // (op, dtype) instantiation from a constexpr table inside the file.
 // Adding an op family = a row in LT_KERNEL_FAMILIES below (its kernel signature beside it)
 // + the two family files; the table struct, both backends' declarations and both tables
 // are generated from that one list. Adding an elementwise op = a row in LT_UNARY_OPS /
-// LT_BINARY_OPS (kernels/elementwise_ops.h) naming its functor: the enums here, the
+// LT_BINARY_OPS (kernels/op_lists.h) naming its functor (kernels/elementwise_ops.h): the enums here, the
 // functor dispatch, the engine's names and its public ops (engine/ops.h) come from it.
 // Params structs are plain data; pointers are element 0 of each operand, strides and
 // sizes in elements (int64). `stream` is a cudaStream_t as an integer (ignored on the CPU).
@@ -22,7 +22,7 @@
 namespace lt::kern {
 
 // ---- elementwise (kernels/*/elementwise.*): float dtypes ------------------------------
-// The rows come from the op lists in kernels/elementwise_ops.h. Unary ops with scalar
+// The rows come from the op lists in kernels/op_lists.h. Unary ops with scalar
 // arguments (alpha, beta): add_scalar x+alpha, mul_scalar x*alpha, rsub_scalar alpha-x,
 // pow_scalar x^alpha, clamp min(max(x, alpha), beta).
 #define LT_OP_ENUM_ROW(name, Functor) name,

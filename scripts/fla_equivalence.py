@@ -11,7 +11,7 @@ with --dtype f64 in float64 on the CPU; the model defaults to the TARGETS one (d
 
 Loads model.safetensors into fla's KDAForCausalLM / RWKV6ForCausalLM (built from config.json),
 runs it in float64 with every Triton piece replaced by its pure-torch definition
-(shared/math/fla-reference.md: fla's "fp32" kernels run TF32 products and are not an exact
+(docs/PEER.md: fla's "fp32" kernels run TF32 products and are not an exact
 reference), computes the loss as mean cross-entropy over the non-ignored targets (-100), backward,
 and prints the relative error of the loss and of every gradient against lintrain's:
     rel = max |ours - fla| / max |fla|     (per tensor)
@@ -114,7 +114,7 @@ def token_shift(x, cu_seqlens=None, *args, **kwargs):
 def kda_reference(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
                   output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                   use_beta_sigmoid_in_kernel=False, lower_bound=None, cu_seqlens=None, **kwargs):
-    """KDA recurrence (shared/math/kda-rwkv6.md section A) in the inputs' dtype."""
+    """KDA recurrence (docs/MATH.md) in the inputs' dtype."""
     if cu_seqlens is not None:
         raise ValueError("fla_equivalence: varlen batches are not supported")
     B, T, H, K = q.shape

@@ -107,7 +107,7 @@ struct Floors {
   double flop_ms(double flops_per_s) const { return flops / flops_per_s * 1e3; }
   double floor_ms(double bytes_per_s, double flops_per_s) const;
 };
-// Ceilings measured on the H200 (shared/TARGETS.md): copy bandwidth, bf16 GEMM rate;
+// Ceilings measured on the H200 (docs/BENCHMARKS.md): copy bandwidth, bf16 GEMM rate;
 // fp32 SIMT rate is the datasheet figure (a lead, not measured here).
 inline constexpr double kH200CopyBytesPerS = 4.3e12;
 inline constexpr double kH200Bf16FlopsPerS = 790e12;

@@ -6,7 +6,7 @@
 //   the gradient checks) -> y [B, T, d]; the block's residuals are inside it.
 //
 // Parameters are named relative to "model.layers.{layer}." exactly as fla names them
-// (attn.q_proj.weight, ...; ../docs/MATH.md, "Layers and parameter names").
+// (attn.q_proj.weight, ...; docs/MATH.md, "Layers and parameter names").
 // `w` holds the tensors to compute with: in the fp32 / tf32 modes the f32 parameters; in
 // the bf16 mode the 2-D matmul weights are bf16 views of the shadow arena and every other
 // parameter (norm weights and biases, conv, A_log, dt_bias, mu, x_bias, bonus, LoRA

@@ -10,7 +10,7 @@
 
 namespace lt::model {
 
-// fla's initialisations (../docs/MATH.md, "Initial values").
+// fla's initialisations (docs/MATH.md, "Initial values").
 enum class Init : uint8_t {
   zeros,
   ones,

@@ -6,7 +6,7 @@
 #
 #   bash scripts/device/model_check.sh BUNDLE OUT [ARCHS] [TEST_FILTER]
 #
-# BUNDLE  a folder made by shared/tools/bundle-for-device holding lintrain_cuda_tests,
+# BUNDLE  a folder of executables plus the non-CUDA shared libraries they need, with a run-in-bundle wrapper that sets the library path, holding lintrain_cuda_tests,
 #         kbench and trainer (or BUNDLE.tar.xz of it, unpacked first)
 # OUT     where results go: env.txt, tests.log, step.jsonl, step.log, equiv.log, trainer.log
 # ARCHS   architectures for the step and equivalence rows (default "kda rwkv6")

@@ -4,7 +4,7 @@
 #
 #   bash scripts/device/side_by_side.sh BUNDLE OUT SECONDS [FLA_CASES...]
 #
-# BUNDLE   a folder made by shared/tools/bundle-for-device holding kbench and lintrain_cuda_tests
+# BUNDLE   a folder of executables plus the non-CUDA shared libraries they need, with a run-in-bundle wrapper that sets the library path, holding kbench and lintrain_cuda_tests
 # OUT      where results go (at most 8 files: env.txt, tests.log, lintrain.log,
 #          lintrain.jsonl, fla.log, fla_bench.jsonl, triton-cache.tgz)
 # SECONDS  wall budget for the whole script; fla gets what lintrain leaves (its harness skips

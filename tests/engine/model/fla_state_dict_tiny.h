@@ -1,6 +1,6 @@
 // fla's state_dict of the tiny models (d 256, 4 heads, vocab 1000, 2 layers; fla bc3b101d,
 // transformers 5.17): name, shape, dtype, mean, std, min, max of every tensor after fla's
-// initialisation (shared/math/fla-state-dict-tiny.txt).
+// initialisation (fla's state_dict of a tiny model, as printed by transformers 5.17).
 #pragma once
 
 namespace lt::test {
