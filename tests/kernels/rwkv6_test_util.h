@@ -1,6 +1,7 @@
 // Shared helpers of the RWKV6 tests (CPU and CUDA): fla-style random inputs and the
 // relative norm error ||x - ref|| / ||ref||.
 #pragma once
+#include "tests/support/compare.h"
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -84,17 +85,8 @@ inline Grads naive_reference(const Problem& p) {
   return g;
 }
 
-template <class X, class Y>
-double rel_err(const std::vector<X>& x, const std::vector<Y>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double a = static_cast<double>(x[i]), b = static_cast<double>(ref[i]);
-    if (std::isnan(a)) return INFINITY;
-    num += (a - b) * (a - b);
-    den += b * b;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+// Errors are relative 2-norms (tests/support/compare.h: NaN anywhere gives +infinity).
+using lt::test::rel_err_l2;
 
 template <class T>
 std::vector<T> cast_vec(const std::vector<double>& x) {

@@ -85,7 +85,7 @@ void check_twins(const TwinCase& c, double tol, uint64_t seed) {
   std::vector<F> o(d.tokens_numel(), NAN), ht(d.state_numel(), NAN);
   chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p,
                        o.data(), ht.data());
-  const double eo = rel_err(o, ref.o), eht = rel_err(ht, ref.ht);
+  const double eo = rel_err_l2(o, ref.o), eht = rel_err_l2(ht, ref.ht);
   std::printf("rwkv6 twin<%s> B%lld T%lld H%lld D%lld C%lld gate %s h0 %d dht %d: o %.2e ht %.2e\n",
               sizeof(F) == 8 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D,
               (long long)d.chunk, c.gate == GateKind::kLogSigmoid ? "logsig" : "-exp", c.h0, c.dht, eo, eht);
@@ -97,8 +97,8 @@ void check_twins(const TwinCase& c, double tol, uint64_t seed) {
     chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(),
                           u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(), dw.data(),
                           du.data(), dh0.data());
-    const double e[6] = {rel_err(dr, ref.dr), rel_err(dk, ref.dk), rel_err(dv, ref.dv),
-                         rel_err(dw, ref.dw), rel_err(du, ref.du), rel_err(dh0, ref.dh0)};
+    const double e[6] = {rel_err_l2(dr, ref.dr), rel_err_l2(dk, ref.dk), rel_err_l2(dv, ref.dv),
+                         rel_err_l2(dw, ref.dw), rel_err_l2(du, ref.du), rel_err_l2(dh0, ref.dh0)};
     std::printf("    %-8s dr %.2e dk %.2e dv %.2e dw %.2e du %.2e dh0 %.2e\n", fused ? "fused" : "fallback", e[0],
                 e[1], e[2], e[3], e[4], e[5]);
     for (double x : e) CHECK(x < tol);
@@ -164,15 +164,15 @@ TEST_CASE("rwkv6 CPU twins of the tensor-core variant (bf16 operands) match the 
         std::vector<F> fo(d.tokens_numel(), NAN), fht(d.state_numel(), NAN);
         chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p,
                              fo.data(), fht.data(), Variant::tensor_core);
-        e[0] = rel_err(fo, ref.o), e[1] = rel_err(fht, ref.ht);
+        e[0] = rel_err_l2(fo, ref.o), e[1] = rel_err_l2(fht, ref.ht);
         for (int fused = 1; fused >= 0; --fused) {
           std::vector<F> dr(d.tokens_numel(), NAN), dk(d.tokens_numel(), NAN), dv(d.tokens_numel(), NAN),
               dw(d.tokens_numel(), NAN), fdu(d.H * d.D, NAN), fdh0(d.state_numel(), NAN);
           chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(),
                                 u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(), dw.data(),
                                 fdu.data(), fdh0.data(), Variant::tensor_core);
-          const double eb[6] = {rel_err(dr, ref.dr), rel_err(dk, ref.dk), rel_err(dv, ref.dv),
-                                rel_err(dw, ref.dw), rel_err(fdu, ref.du), rel_err(fdh0, ref.dh0)};
+          const double eb[6] = {rel_err_l2(dr, ref.dr), rel_err_l2(dk, ref.dk), rel_err_l2(dv, ref.dv),
+                                rel_err_l2(dw, ref.dw), rel_err_l2(fdu, ref.du), rel_err_l2(fdh0, ref.dh0)};
           for (int i = 0; i < 6; ++i) e[2 + i] = std::max(e[2 + i], eb[i]);
         }
       };

@@ -106,8 +106,8 @@ void run_case(const Case& c, uint64_t seed) {
   cuda_forward(a, nullptr);
   LT_CUDA_CHECK(cudaDeviceSynchronize());
   CHECK(lt::total_launches() == 2);
-  const double eo = rel_err(download(o, ntok, c.dtype), ref.o);
-  const double eht = rel_err(download(ht, d.state_numel(), lt::DType::f32), ref.ht);
+  const double eo = rel_err_l2(download(o, ntok, c.dtype), ref.o);
+  const double eht = rel_err_l2(download(ht, d.state_numel(), lt::DType::f32), ref.ht);
   std::printf("rwkv6 cuda %s %s B%lld T%lld H%lld D%lld C%lld %s h0 %d dht %d | fwd o %.2e ht %.2e\n",
               bf ? "bf16" : "fp32", cuda_uses_tensor_cores(d, c.dtype) ? "tc  " : "simt", (long long)d.B,
               (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk, gate_name(c.gate), c.h0, c.dht,
@@ -135,10 +135,10 @@ void run_case(const Case& c, uint64_t seed) {
     cuda_backward(b, impl, h_valid, nullptr);
     LT_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(lt::total_launches() == (impl == BwdImpl::fused ? 3 : 4));
-    const double e[6] = {rel_err(download(dr, ntok, c.dtype), ref.dr), rel_err(download(dk, ntok, c.dtype), ref.dk),
-                         rel_err(download(dv, ntok, c.dtype), ref.dv), rel_err(download(dw, ntok, c.dtype), ref.dw),
-                         rel_err(download(du, d.H * d.D, lt::DType::f32), ref.du),
-                         rel_err(download(dh0, d.state_numel(), lt::DType::f32), ref.dh0)};
+    const double e[6] = {rel_err_l2(download(dr, ntok, c.dtype), ref.dr), rel_err_l2(download(dk, ntok, c.dtype), ref.dk),
+                         rel_err_l2(download(dv, ntok, c.dtype), ref.dv), rel_err_l2(download(dw, ntok, c.dtype), ref.dw),
+                         rel_err_l2(download(du, d.H * d.D, lt::DType::f32), ref.du),
+                         rel_err_l2(download(dh0, d.state_numel(), lt::DType::f32), ref.dh0)};
     std::printf("    %-14s dr %.2e dk %.2e dv %.2e dw %.2e du %.2e dh0 %.2e\n",
                 variant == 0 ? "fused" : variant == 1 ? "fallback" : "fused(h kept)", e[0], e[1], e[2], e[3], e[4],
                 e[5]);

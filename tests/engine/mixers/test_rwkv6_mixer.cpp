@@ -79,10 +79,10 @@ TEST_CASE("rwkv6 mixer ops path (f64, CPU) matches the naive recurrence", "[rwkv
     auto g = lt::mixers::rwkv6_backward(std::move(out.saved), in.dO, in.dht);
     REQUIRE(out.ht.dtype() == lt::DType::f64);
     REQUIRE(g.dh0.dtype() == lt::DType::f64);
-    const double e[8] = {rel_err(out.o.to_vector(), ref.o),  rel_err(out.ht.to_vector(), ref.ht),
-                         rel_err(g.dr.to_vector(), ref.dr),  rel_err(g.dk.to_vector(), ref.dk),
-                         rel_err(g.dv.to_vector(), ref.dv),  rel_err(g.dw.to_vector(), ref.dw),
-                         rel_err(g.du.to_vector(), ref.du),  rel_err(g.dh0.to_vector(), ref.dh0)};
+    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o),  rel_err_l2(out.ht.to_vector(), ref.ht),
+                         rel_err_l2(g.dr.to_vector(), ref.dr),  rel_err_l2(g.dk.to_vector(), ref.dk),
+                         rel_err_l2(g.dv.to_vector(), ref.dv),  rel_err_l2(g.dw.to_vector(), ref.dw),
+                         rel_err_l2(g.du.to_vector(), ref.du),  rel_err_l2(g.dh0.to_vector(), ref.dh0)};
     std::printf("rwkv6 mixer ops f64 T%lld D%lld C%lld: o %.1e ht %.1e dr %.1e dk %.1e dv %.1e dw %.1e du %.1e "
                 "dh0 %.1e\n",
                 (long long)c.d.T, (long long)c.d.D, (long long)c.d.chunk, e[0], e[1], e[2], e[3], e[4], e[5], e[6],
@@ -149,10 +149,10 @@ TEST_CASE("rwkv6 mixer on the CPU: naive, fused twins (both backwards) and ops a
     CHECK(out.ht.dtype() == lt::DType::f32);
     CHECK(g.dr.shape() == in.r.shape());
     CHECK(g.du.dtype() == lt::DType::f32);
-    const double e[8] = {rel_err(out.o.to_vector(), ref.o),  rel_err(out.ht.to_vector(), ref.ht),
-                         rel_err(g.dr.to_vector(), ref.dr),  rel_err(g.dk.to_vector(), ref.dk),
-                         rel_err(g.dv.to_vector(), ref.dv),  rel_err(g.dw.to_vector(), ref.dw),
-                         rel_err(g.du.to_vector(), ref.du),  rel_err(g.dh0.to_vector(), ref.dh0)};
+    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o),  rel_err_l2(out.ht.to_vector(), ref.ht),
+                         rel_err_l2(g.dr.to_vector(), ref.dr),  rel_err_l2(g.dk.to_vector(), ref.dk),
+                         rel_err_l2(g.dv.to_vector(), ref.dv),  rel_err_l2(g.dw.to_vector(), ref.dw),
+                         rel_err_l2(g.du.to_vector(), ref.du),  rel_err_l2(g.dh0.to_vector(), ref.dh0)};
     double worst = 0;
     for (double x : e) worst = std::max(worst, x);
     std::printf("rwkv6 mixer cpu f32 path %-6s backward %-8s worst rel err %.2e (dw %.2e)\n",
@@ -175,8 +175,8 @@ TEST_CASE("rwkv6 mixer contract: optional ht and dh0, a saved state serves two b
     auto g1 = lt::mixers::rwkv6_backward(out.saved, in.dO);
     auto g2 = lt::mixers::rwkv6_backward(out.saved, in.dO);
     CHECK_FALSE(g1.dh0.defined());  // no h0 given
-    CHECK(rel_err(g1.dw.to_vector(), g2.dw.to_vector()) == 0.0);
-    CHECK(rel_err(g1.du.to_vector(), g2.du.to_vector()) == 0.0);
+    CHECK(rel_err_l2(g1.dw.to_vector(), g2.dw.to_vector()) == 0.0);
+    CHECK(rel_err_l2(g1.du.to_vector(), g2.du.to_vector()) == 0.0);
   }
   CHECK(lt::mixers::parse_rwkv6_path("ops") == Rwkv6Path::ops);
   CHECK_THROWS_AS(lt::mixers::parse_rwkv6_path("autotune"), std::invalid_argument);

@@ -88,8 +88,8 @@ TEST_CASE("rwkv6 mixer on CUDA: ops, fused with each backward vs naive and vs ea
       const Result res = run.path == Rwkv6Path::ops ? ops : run_api(in, cfg);
       double worst = 0, worst_vs_ops = 0;
       for (int i = 0; i < 8; ++i) {
-        worst = std::max(worst, rel_err(res.x[i], *refs[i]));
-        worst_vs_ops = std::max(worst_vs_ops, rel_err(res.x[i], ops.x[i]));
+        worst = std::max(worst, rel_err_l2(res.x[i], *refs[i]));
+        worst_vs_ops = std::max(worst_vs_ops, rel_err_l2(res.x[i], ops.x[i]));
       }
       std::printf("rwkv6 mixer cuda %s D%lld C%lld %-6s backward %-8s worst vs naive %.2e, vs ops path %.2e\n",
                   bf ? "bf16" : "fp32", (long long)c.d.D, (long long)c.d.chunk, lt::mixers::rwkv6_path_name(run.path),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
+#include "tests/support/compare.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
 
@@ -42,28 +43,9 @@ Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored) {
 }
 
 // max |a - b| / max |ref| over the tensor (inf on a NaN).
-double rel(const Tensor& a, const Tensor& ref) {
-  const std::vector<double> x = a.to_vector(), r = ref.to_vector();
-  double m = 0, d = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) || std::isnan(r[i])) return INFINITY;
-    m = std::max(m, std::fabs(r[i]));
-    d = std::max(d, std::fabs(x[i] - r[i]));
-  }
-  return d / std::max(m, 1e-30);
-}
-
-// ||a - ref||_2 / ||ref||_2 over the tensor (NaN anywhere: infinity).
-double rel_l2(const Tensor& a, const Tensor& ref) {
-  const std::vector<double> x = a.to_vector(), r = ref.to_vector();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) || std::isnan(r[i])) return INFINITY;
-    num += (x[i] - r[i]) * (x[i] - r[i]);
-    den += r[i] * r[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+// Largest-element and 2-norm errors (tests/support/compare.h).
+double rel(const Tensor& a, const Tensor& ref) { return lt::test::rel_err(a.to_vector(), ref.to_vector()); }
+double rel_l2(const Tensor& a, const Tensor& ref) { return lt::test::rel_err_l2(a.to_vector(), ref.to_vector()); }
 
 struct StepResult {
   double loss = 0;

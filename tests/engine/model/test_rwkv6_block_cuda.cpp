@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/compare.h"
 #include "engine/device.h"
 #include "engine/model/blocks.h"
 #include "engine/model/params.h"
@@ -26,16 +27,7 @@ using namespace lt::model;
 
 namespace {
 
-double rel_err(const Tensor& x, const Tensor& ref) {
-  const std::vector<double> a = x.to_vector(), b = ref.to_vector();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (std::isnan(a[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+double rel_err(const Tensor& x, const Tensor& ref) { return lt::test::rel_err_l2(x.to_vector(), ref.to_vector()); }
 
 ModelConfig cuda_block_config() {
   ModelConfig c;
