@@ -27,10 +27,14 @@ Measured per case (arch x precision), after a first step (compile + autotune, ti
                 (as kbench step times itself); median / p10 / p90 / mean / min.
   sync ms/step  the same steps with torch.cuda.synchronize() after each (host wall, perf_counter).
   launches      CUDA kernels of one step from torch.profiler (memcpy/memset counted apart).
-  GPU-only      sum of the device-event durations of one step (profiler, median over
-                --prof-steps steps), and the span first-kernel-start to last-kernel-end.
+  GPU-only      sum of the device-event durations (kernels, memcpy, memset) of one step (profiler,
+                median over --prof-steps steps), and the span first-kernel-start to
+                last-kernel-end (under the profiler, whose host overhead widens the gaps).
   graph         (--graph) median of CUDA-graph replays of the whole step (a second AdamW with
-                capturable=True; failures are reported, never hidden).
+                capturable=True; failures are reported, never hidden). On the H200 (fla bc3b101d)
+                RWKV6 bf16 captures, KDA bf16 does not (the capture is invalidated). A failed
+                capture can leave memory behind that inflates the next cases' memory figures:
+                take memory figures from a run without --graph.
   memory        torch.cuda.max_memory_allocated / max_memory_reserved over the timed steps
                 (empty_cache before the warm-up, peak stats reset after it); weights, grads and
                 optimizer state bytes; activation = peak allocated - (weights + grads + state).
@@ -246,14 +250,19 @@ def autotune_summary(events):
 
 # ---------------------------------------------------------------- profiler helpers
 def cuda_events(prof, torch):
-    """[(name, start_us, dur_us)] of device-side events (kernels, memcpy, memset), sorted by start."""
+    """[(name, start_us, dur_us)] of device-side events (kernels, memcpy, memset), sorted by start.
+    GPU-side user annotations (record_function ranges such as "Optimizer.step#AdamW.step", which the
+    profiler also puts on the device timeline) are not kernels and are left out."""
+    def annotation(e, name):
+        return bool(getattr(e, "is_user_annotation", False)) or "#" in name or name.startswith("ProfilerStep")
+
     out = []
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+        if e.device_type == torch.autograd.DeviceType.CUDA and not annotation(e, e.name):
             out.append((e.name, e.time_range.start, e.time_range.elapsed_us()))
     if not out:  # fall back to raw kineto events
         for e in prof.profiler.kineto_results.events():
-            if e.device_type() == torch.autograd.DeviceType.CUDA:
+            if e.device_type() == torch.autograd.DeviceType.CUDA and not annotation(e, e.name()):
                 out.append((e.name(), e.start_ns() / 1e3, e.duration_ns() / 1e3))
     out.sort(key=lambda x: x[1])
     return out
@@ -297,6 +306,9 @@ def run_case(arch, prec, a, torch):
     torch.set_float32_matmul_precision("high" if prec == "tf32" else "highest")
     rec["float32_matmul_precision"] = torch.get_float32_matmul_precision()
     dev = torch.device("cuda")
+    # should be ~0: anything here is left over from an earlier case (e.g. a failed --graph capture)
+    rec["allocated_at_case_start_bytes"] = torch.cuda.memory_allocated()
+    rec["reserved_at_case_start_bytes"] = torch.cuda.memory_reserved()
 
     cfg = fla_config(arch, a)
     rec["fla_config"] = json.loads(cfg.to_json_string(use_diff=False))
@@ -418,8 +430,8 @@ def run_case(arch, prec, a, torch):
         for n, _, d in one:
             c, t = by_name.get(n, (0, 0.0))
             by_name[n] = (c + 1, t + d)
-        rec["top_kernels"] = [[n[:90], c, round(t, 1)] for n, (c, t) in
-                              sorted(by_name.items(), key=lambda kv: -kv[1][1])[:15]]
+        rec["kernels"] = [[n[:120], c, round(t, 1)] for n, (c, t) in
+                          sorted(by_name.items(), key=lambda kv: -kv[1][1])]
         many = prof_steps(a.prof_steps)
         k = len(one)
         if k and len(many) == k * a.prof_steps:
