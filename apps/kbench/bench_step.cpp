@@ -48,6 +48,7 @@ struct StepOptions {
   std::string path = "auto";
   int iters = 50;
   int warmup = 5;
+  int64_t max_split_mb = 0;  // 0: the allocator's default oversize threshold
   uint64_t seed = 0;
   std::string json_path;
   // model-dump
@@ -129,6 +130,7 @@ int run_step_bench(const StepOptions& o) {
 
   // The allocator's trace names the stage of every segment allocated after the first step
   // (a steady-state step should allocate none).
+  if (o.max_split_mb > 0) A.set_max_split_size(static_cast<size_t>(o.max_split_mb) << 20);
   const bool was_tracing = A.tracing();
   A.set_trace(true);
   A.set_step(1);
@@ -242,6 +244,9 @@ void setup_step(CLI::App& sub, std::function<int()>& run) {
   sub.add_option("--iters", o->iters, "timed steps")->check(CLI::PositiveNumber);
   sub.add_option("--warmup", o->warmup, "warm-up steps");
   sub.add_option("--json", o->json_path, "write the figures as JSON to FILE");
+  sub.add_option("--max-split-mb", o->max_split_mb,
+                 "caching allocator: blocks of at least this many MiB are not split (0: its default, 64)")
+      ->check(CLI::NonNegativeNumber);
   run = [o] { return run_step_bench(*o); };
 }
 

@@ -13,13 +13,18 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/bench.h"
 #include "engine/train/config.h"
+#include "engine/train/instrument.h"
 #include "engine/train/loop.h"
+#include "engine/train/timers.h"
 
 namespace {
 
@@ -36,6 +41,10 @@ Examples:
   trainer export --checkpoint runs/quick/step-00000200 --out fla-model
   trainer sample --checkpoint runs/text/step-00002000 --prompt "Once upon" --tokens 200 --temperature 0.8 --top-k 40
   trainer eval   --checkpoint runs/quick/step-00000200
+  trainer --config configs/night.json --timers step%50     per-stage ms/step table every 50th step
+  trainer --config configs/bench-step-kda.json --bench 200 --timers step%50 --bench-out a.json
+  trainer bench-compare a.json b.json                      per-stage ratios, verdicts beyond the runs' spread
+  trainer --config configs/quick.json --alloc-trace runs/alloc.json   allocator trace of the first steps
 
 Exit codes: 0 done (also after SIGINT/SIGTERM: a checkpoint is written first); 2 bad input
 (nothing written); 3 stopped after too many skipped updates; 1 other failure.
@@ -108,6 +117,25 @@ int run_eval(const std::string& checkpoint, int64_t batches, const std::string& 
 
 }  // namespace
 
+int run_bench_compare(const std::string& a, const std::string& b) {
+  auto load = [](const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw ConfigError("bench-compare: cannot read '" + path + "'");
+    try {
+      return nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError("bench-compare: '" + path + "' is not JSON: " + e.what());
+    }
+  };
+  const nlohmann::json ja = load(a), jb = load(b);
+  try {
+    std::cout << lt::train::bench_compare(ja, jb, a, b);
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   // Log lines and progress go to stderr: stdout carries only results (--print-config,
   // `eval`'s JSON line, `sample`'s text).
@@ -134,6 +162,26 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "output folder (config key 'out'), e.g. --out runs/try1");
   app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
   app.add_flag("--print-config", print_config, "print the effective config (file + overrides + defaults) as JSON and exit");
+  std::string timers = "off", timers_trace, bench_out, alloc_trace;
+  int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
+  app.add_option("--timers", timers,
+                 std::string("per-stage CUDA-event timers (steady clock on the CPU): ") + lt::train::kTimerGrammar +
+                     "; steps count from 0, the first after warm-up; e.g. --timers step%50");
+  app.add_option("--timers-trace", timers_trace, "write the timed steps as a Chrome / Perfetto trace, e.g. runs/t.json");
+  app.add_option("--bench", bench,
+                 "the quiet-card arm: run --bench-warmup steps, then N measured steps (no eval, no checkpoints; "
+                 "output in <out>/bench), write the result JSON; e.g. --bench 200 --timers step%50")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bench-warmup", bench_warmup, "warm-up steps before --bench's measured steps (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bench-out", bench_out, "the --bench result JSON (default <out>/bench/bench.json)");
+  app.add_option("--alloc-trace", alloc_trace,
+                 "record the caching allocator's events of the first --alloc-trace-steps steps and write the "
+                 "PyTorch-schema snapshot FILE (+ .pickle) and a Chrome trace (.trace.json); also written on OOM");
+  app.add_option("--alloc-trace-steps", alloc_trace_steps, "steps traced by --alloc-trace (default 3)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--alloc-snapshot-at", alloc_snapshot_at, "write an allocator snapshot after this step (1-based)")
+      ->check(CLI::NonNegativeNumber);
 
   std::string ck, ex_out, prompt, s_device = "auto", e_device = "auto";
   int64_t n_tokens = 64, top_k = 0, batches = 0;
@@ -152,6 +200,13 @@ int main(int argc, char** argv) {
   sa->add_option("--top-k", top_k, "sample among the k most likely tokens; 0 = all (default 0)");
   sa->add_option("--seed", s_seed, "sampling seed (default 1)");
   sa->add_option("--device", s_device, "auto | cpu | cuda[:N] (default auto)");
+  std::string cmp_a, cmp_b;
+  CLI::App* bc = app.add_subcommand("bench-compare",
+                                    "compare two --bench results: per-stage median ratios B/A, with a verdict only "
+                                    "where the medians lie outside each other's p10-p90 spread. On a shared card, "
+                                    "run A and B interleaved (A B A B ...) in one session");
+  bc->add_option("A", cmp_a, "the baseline result JSON")->required();
+  bc->add_option("B", cmp_b, "the result JSON to compare")->required();
   CLI::App* ev = app.add_subcommand("eval", "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
                                             "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
   ev->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
@@ -169,6 +224,7 @@ int main(int argc, char** argv) {
     if (ex->parsed()) return run_export(ck, ex_out);
     if (sa->parsed()) return run_sample(ck, prompt, n_tokens, temperature, top_k, s_seed, s_device);
     if (ev->parsed()) return run_eval(ck, batches, e_device);
+    if (bc->parsed()) return run_bench_compare(cmp_a, cmp_b);
     if (config_path.empty()) {
       std::fprintf(stderr, "trainer: --config FILE is required (e.g. trainer --config configs/quick.json); see --help\n");
       return 2;
@@ -178,10 +234,44 @@ int main(int argc, char** argv) {
       std::cout << rc.effective.dump(2) << std::endl;
       return 0;
     }
+    lt::train::InstrumentOptions io;
+    try {
+      io.timers = lt::train::TimerSpec::parse(timers);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(e.what());
+    }
     lt::train::RunOptions opt;
     opt.resume = resume;
     opt.config_path = config_path;
-    switch (lt::train::train_run(rc, opt)) {
+    if (bench > 0) {
+      // The bench arm measures steps only: its own folder, a fresh start, no eval or checkpoints.
+      rc.out_dir = (fs::path(rc.out_dir) / "bench").string();
+      rc.train.steps = bench_warmup + bench;
+      rc.train.schedule.total_steps = rc.train.steps;
+      opt.resume = "none";
+      opt.measure_only = true;
+      io.bench_steps = bench;
+      io.bench_warmup = bench_warmup;
+      io.bench_out = bench_out.empty() ? (fs::path(rc.out_dir) / "bench.json").string() : bench_out;
+    }
+    io.timers_trace = timers_trace;
+    io.metrics_path = (fs::path(rc.out_dir) / "metrics.jsonl").string();
+    io.alloc_trace = alloc_trace;
+    io.alloc_trace_steps = alloc_trace_steps;
+    io.alloc_snapshot_at = alloc_snapshot_at;
+    const lt::Device dev = lt::train::resolve_device(rc.device);
+    const double tokens_per_step = static_cast<double>(rc.train.batch_size * rc.train.seq_len * rc.train.grad_accum);
+    lt::train::Instrumentation instrument(io, dev, tokens_per_step);
+    opt.listener = &instrument;
+    lt::train::RunResult result;
+    try {
+      result = lt::train::train_run(rc, opt);
+    } catch (...) {
+      instrument.finish();  // an out-of-memory error still leaves its trace and the stats
+      throw;
+    }
+    spdlog::info("{}", lt::train::Instrumentation::summary_line(instrument.finish()));
+    switch (result) {
       case lt::train::RunResult::finished: return 0;
       case lt::train::RunResult::interrupted: return 0;
       case lt::train::RunResult::too_many_skips: return 3;

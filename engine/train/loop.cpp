@@ -554,13 +554,19 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       }
     }
     {
-      StageScope stage("fwd_bwd");
+      StageScope stage("zero_grad");
       model->zero_grad();
       loss_accum.zero_();
+    }
+    {
       const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
       for (const auto& b : batches) {
-        Tensor tokens = to_device_i32(b.tokens, B, T, dev);
-        Tensor targets = to_device_i32(b.targets, B, T, dev);
+        Tensor tokens, targets;
+        {
+          StageScope stage("data/upload");
+          tokens = to_device_i32(b.tokens, B, T, dev);
+          targets = to_device_i32(b.targets, B, T, dev);
+        }
         model->forward_backward(tokens, targets, inv_count, loss_accum);
       }
     }
@@ -652,7 +658,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       break;
     }
 
-    if ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps) {
+    if (!options.measure_only && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps)) {
       EvalResult ev = evaluate(*model, rc, tc.eval_batches);
       nlohmann::ordered_json j;
       j["type"] = "eval";
@@ -666,7 +672,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       spdlog::info("eval step {}: val loss {:.4f}, {} {:.3f}", step, ev.loss,
                    rc.data.source == "synthetic" && rc.data.task == "mqar" ? "MQAR accuracy" : "accuracy", ev.accuracy);
     }
-    if (tc.sample_every > 0 && step % tc.sample_every == 0 && rc.data.source != "synthetic") {
+    if (!options.measure_only && tc.sample_every > 0 && step % tc.sample_every == 0 && rc.data.source != "synthetic") {
       StageScope stage("sample");
       // Prompt: the start of the first validation window (the same every time).
       data::Loader val(rc.data, data::Split::val, 1, std::min<int64_t>(T, 16), tc.seed);
@@ -679,7 +685,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     const bool stop = g_stop_signal != 0;
     // No periodic checkpoint in the middle of a run of skipped updates: the newest one stays
     // the last good state.
-    if ((((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps) && consecutive == 0) || stop) {
+    if (!options.measure_only &&
+        ((((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps) && consecutive == 0) ||
+         stop)) {
       clear_live();
       save_checkpoint();
     }

@@ -4,7 +4,8 @@
 // One step (stages in the launch atlas / timers in brackets):
 //   ["data"]        grad_accum micro-batches from the loader; inv_count = 1 / (valid targets
 //                   over the whole step), so the loss is the mean over the step's tokens
-//   ["fwd_bwd"]     zero_grad, then Model::forward_backward per micro-batch (grads +=)
+//   ["zero_grad"], then per micro-batch ["data/upload"] and Model::forward_backward, whose
+//                   stages are the model's own: "fwd/...", "loss", "bwd/..." (grads +=)
 //   ["optim/clip"]  grad norm; NaN/Inf loss or norm, or a loss spike beyond
 //                   train.spike_zscore standard deviations of the last train.spike_window
 //                   losses, skips the update (counted); train.max_consecutive_skips skips in a
@@ -65,6 +66,7 @@ struct RunOptions {
   std::string config_path;         // shown in the resume hint
   StepListener* listener = nullptr;
   bool handle_signals = true;      // install the SIGINT / SIGTERM handlers
+  bool measure_only = false;       // the bench arm: no evaluation, no checkpoints, no resume
 };
 
 // Runs (or resumes) the training described by rc. Throws ConfigError for bad input found

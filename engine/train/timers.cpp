@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -51,6 +52,14 @@ std::vector<std::string> split_path(const std::string& path) {
     start = slash + 1;
   }
   return out;
+}
+
+// The first of fwd / bwd / optim that the path names, or "".
+std::string bucket_of(const std::string& path) {
+  if (path.empty()) return "";
+  for (const std::string& c : split_path(path))
+    if (is_bucket(c)) return c;
+  return "";
 }
 
 }  // namespace
@@ -120,7 +129,7 @@ std::string StepTiming::table() const {
                 "self ms", "share");
   os << line;
   for (const StageTime& s : stages) {
-    const std::string name = std::string(static_cast<size_t>(2 * s.depth), ' ') + split_path(s.stage).back();
+    const std::string name = std::string(static_cast<size_t>(2 * s.depth), ' ') + (s.label.empty() ? s.stage : s.label);
     std::snprintf(line, sizeof line, "  %-48s %6lld %8lld %10.3f %10.3f %6.1f%%\n", name.c_str(),
                   static_cast<long long>(s.calls), static_cast<long long>(s.launches), s.inclusive_ms, s.self_ms,
                   100.0 * s.share);
@@ -295,12 +304,17 @@ StepTiming StageTimer::end_step() {
   t.step = I.step;
   t.step_ms = I.ms_of(I.marks.back());
 
-  // Scopes: match each leave with its enter (scopes nest, so a stack suffices).
+  // Scopes: match each leave with its enter (scopes nest, so a stack suffices). A stage's
+  // parent is the scope it ran inside (the stack's top when it was entered), which is not
+  // always a prefix of its name: "optim/clip" entered at the top level has no parent.
   struct Agg {
     int64_t calls = 0;
     double inclusive = 0.0;
+    std::string parent;
   };
   std::map<std::string, Agg> agg;
+  std::map<std::string, double> children_ms;
+  double top_ms = 0.0;
   std::vector<std::pair<std::string, double>> stack;
   const double step_base_us = static_cast<double>(I.start_ns - I.trace_origin_ns) / 1e3;
   for (size_t i = 1; i + 1 < I.marks.size(); ++i) {
@@ -308,6 +322,7 @@ StepTiming StageTimer::end_step() {
     const double at = I.ms_of(m);
     I.samples.push_back({step_base_us + at * 1e3, m.in_use, m.reserved});
     if (m.entering) {
+      if (!agg.count(m.stage)) agg[m.stage].parent = stack.empty() ? std::string() : stack.back().first;
       stack.emplace_back(m.stage, at);
     } else if (!stack.empty() && stack.back().first == m.stage) {
       const double begin = stack.back().second;
@@ -315,6 +330,10 @@ StepTiming StageTimer::end_step() {
       Agg& a = agg[m.stage];
       a.calls += 1;
       a.inclusive += at - begin;
+      if (stack.empty())
+        top_ms += at - begin;
+      else
+        children_ms[stack.back().first] += at - begin;
       I.slices.push_back({m.stage, m.stream, step_base_us + begin * 1e3, (at - begin) * 1e3});
     }
   }
@@ -329,25 +348,19 @@ StepTiming StageTimer::end_step() {
   }
   I.step_launches.emplace_back(step_base_us, t.launches);
 
-  // The nearest timed ancestor of each stage decides the tree and the self times.
   auto parent_of = [&](const std::string& path) -> std::string {
-    std::string p = path;
-    while (true) {
-      const size_t slash = p.rfind('/');
-      if (slash == std::string::npos) return "";
-      p.resize(slash);
-      if (agg.count(p)) return p;
-    }
+    auto it = agg.find(path);
+    return it == agg.end() ? std::string() : it->second.parent;
   };
-  std::map<std::string, double> children_ms;
-  double top_ms = 0.0;
-  for (const auto& [path, a] : agg) {
-    const std::string parent = parent_of(path);
-    if (parent.empty())
-      top_ms += a.inclusive;
-    else
-      children_ms[parent] += a.inclusive;
-  }
+  // Launches: a stage's own (the atlas counts by exact path) plus its children's.
+  std::map<std::string, std::vector<std::string>> children;
+  for (const auto& [path, a] : agg) children[a.parent].push_back(path);
+  std::function<int64_t(const std::string&)> inclusive_launches = [&](const std::string& path) -> int64_t {
+    auto it = launched.find(path);
+    int64_t n = it == launched.end() ? 0 : it->second;
+    for (const std::string& c : children[path]) n += inclusive_launches(c);
+    return n;
+  };
   // Depth-first order: std::map orders "a" < "a/b" < "a/c" < "b" when '/' sorts below the
   // name characters, which holds for stage names made of [A-Za-z0-9_].
   for (const auto& [path, a] : agg) {
@@ -360,22 +373,26 @@ StepTiming StageTimer::end_step() {
     s.inclusive_ms = a.inclusive;
     s.self_ms = a.inclusive - children_ms[path];
     s.share = t.step_ms > 0.0 ? a.inclusive / t.step_ms : 0.0;
-    for (const auto& [lp, n] : launched)
-      if (lp == path || (lp.size() > path.size() && lp.compare(0, path.size(), path) == 0 && lp[path.size()] == '/'))
-        s.launches += n;
-    const std::vector<std::string> comps = split_path(path);
-    bool bucket_ancestor = false;
-    for (size_t c = 0; c + 1 < comps.size(); ++c) bucket_ancestor |= is_bucket(comps[c]);
-    if (!bucket_ancestor) {
-      if (comps.back() == "fwd") t.fwd_ms += a.inclusive;
-      if (comps.back() == "bwd") t.bwd_ms += a.inclusive;
-      if (comps.back() == "optim") t.optim_ms += a.inclusive;
+    s.launches = inclusive_launches(path);
+    // A stage counts towards the fwd / bwd / optim bucket its path first names ("optim/clip"
+    // counts towards optim), unless the scope it ran inside already does.
+    const std::string bucket = bucket_of(path);
+    if (!bucket.empty() && bucket_of(parent_of(path)).empty()) {
+      if (bucket == "fwd") t.fwd_ms += a.inclusive;
+      if (bucket == "bwd") t.bwd_ms += a.inclusive;
+      if (bucket == "optim") t.optim_ms += a.inclusive;
     }
+    // Shown under the scope it ran inside by the rest of its path ("optim/clip" at the top
+    // level when it ran outside every other scope).
+    const std::string parent = parent_of(path);
+    const bool under = !parent.empty() && path.size() > parent.size() && path.compare(0, parent.size(), parent) == 0 &&
+                       path[parent.size()] == '/';
+    s.label = under ? path.substr(parent.size() + 1) : path;
     t.stages.push_back(std::move(s));
   }
   if (!agg.empty() || t.launches > 0) {
     StageTime outside;
-    outside.stage = "(outside stages)";
+    outside.stage = outside.label = "(outside stages)";
     outside.inclusive_ms = outside.self_ms = t.step_ms - top_ms;
     outside.share = t.step_ms > 0.0 ? outside.inclusive_ms / t.step_ms : 0.0;
     auto it = launched.find("(none)");

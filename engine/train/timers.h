@@ -51,6 +51,7 @@ struct TimerSpec {
 
 struct StageTime {
   std::string stage;       // full path, e.g. "fwd/L0/attn/kda"
+  std::string label;       // the path below its nearest timed ancestor ("kda"; "optim/clip" at the top)
   int depth = 0;           // number of '/' in the path
   int64_t calls = 0;       // scopes of this stage in the step
   int64_t launches = 0;    // kernel launches, this stage and its children (inclusive)

@@ -29,8 +29,8 @@ TEST_CASE("BenchRecorder: the summary has the spreads, tokens/s and per-stage me
   t.fwd_ms = 3.0;
   t.bwd_ms = 6.0;
   t.optim_ms = 1.0;
-  t.stages.push_back({"fwd", 0, 1, 4, 3.0, 1.0, 0.3});
-  t.stages.push_back({"fwd/L0", 1, 1, 2, 2.0, 2.0, 0.2});
+  t.stages.push_back({"fwd", "fwd", 0, 1, 4, 3.0, 1.0, 0.3});
+  t.stages.push_back({"fwd/L0", "L0", 1, 1, 2, 2.0, 2.0, 0.2});
   r.add_timed(t);
   t.fwd_ms = 5.0;
   t.stages[0].inclusive_ms = 5.0;

@@ -90,6 +90,10 @@ TEST_CASE("StageTimer on the CPU: nesting, self times, calls, launches and share
     busy_ms(0.5);
     count_launch(1);
   }
+  {
+    StageScope clip("optim/clip");  // one scope naming two levels: counts towards optim too
+    busy_ms(0.2);
+  }
   const train::StepTiming t = timer.end_step();
   CHECK_FALSE(timer.active());
   CHECK(t.step == 4);
@@ -120,7 +124,12 @@ TEST_CASE("StageTimer on the CPU: nesting, self times, calls, launches and share
   // buckets and the step: top-level stages plus the outside row add up to the step
   CHECK_THAT(t.fwd_ms, Catch::Matchers::WithinAbs(fwd->inclusive_ms, 1e-12));
   CHECK_THAT(t.bwd_ms, Catch::Matchers::WithinAbs(bwd->inclusive_ms, 1e-12));
-  CHECK_THAT(t.optim_ms, Catch::Matchers::WithinAbs(find(t, "optim")->inclusive_ms, 1e-12));
+  const auto* clip = find(t, "optim/clip");
+  REQUIRE(clip);
+  CHECK(clip->depth == 0);  // no timed "optim" scope above it
+  CHECK(clip->label == "optim/clip");
+  CHECK(l0->label == "L0");
+  CHECK_THAT(t.optim_ms, Catch::Matchers::WithinAbs(find(t, "optim")->inclusive_ms + clip->inclusive_ms, 1e-12));
   const auto* outside = find(t, "(outside stages)");
   REQUIRE(outside);
   CHECK(outside->inclusive_ms >= 0.0);
@@ -129,6 +138,7 @@ TEST_CASE("StageTimer on the CPU: nesting, self times, calls, launches and share
   const std::string table = t.table();
   CHECK_THAT(table, Catch::Matchers::Contains("\n  fwd "));
   CHECK_THAT(table, Catch::Matchers::Contains("\n    L0 "));
+  CHECK_THAT(table, Catch::Matchers::Contains("\n  optim/clip "));
   const nlohmann::json j = t.to_json();
   CHECK(j["kind"] == "timers");
   CHECK(j["step"] == 4);

@@ -101,14 +101,13 @@ void check_cuda_steps(Arch arch) {
   gpu_alloc.set_poison(poison);
 
   // fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 of its largest element.
-  // bf16 (activations and GEMM operands rounded to 8 significant bits, fp32 accumulation),
-  // against the CUDA fp32 step: loss to 1e-2 relative; each gradient tensor within 2.5e-2
-  // in relative L2 norm (about 6 units of bf16 rounding, 2^-8 = 3.9e-3: the roundings of a
-  // forward and a backward pass through two blocks add up to a few units), and no element
-  // further than 0.25 of the tensor's largest element from fp32 (a localised error such as
-  // a wrong row shows up here, not in the norm). The largest-element error is printed too:
-  // it is dominated by the few largest entries, where the bf16 roundings of two blocks
-  // line up, and reaches 8e-2 on RWKV6's decay-LoRA and key projections (H200, 2026-12-01).
+  // bf16 (activations, the residual stream included, and GEMM operands rounded to bf16,
+  // fp32 accumulation), against the CUDA fp32 step: loss to 1e-2 relative; each gradient
+  // tensor within 6e-2 in relative L2 norm, and no element further than 0.25 of the tensor's
+  // largest element from fp32 (a localised error such as a wrong row shows up there). The
+  // bound is measured, not derived: on the H200 (2026-12-01, this test's shapes) the worst
+  // tensors are layer 0's (their gradients cross both blocks' bf16 backward): L2 4.1e-2
+  // (KDA) and 4.2e-2 (RWKV6), largest element 4.8e-2 and 7.9e-2 (docs/BENCHMARKS.md).
   std::printf("model CUDA step (%s): loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", arch_name(arch), cpu.loss, gpu.loss,
               bf16.loss);
   CHECK(std::fabs(gpu.loss - cpu.loss) < 1e-5 * std::fabs(cpu.loss));
@@ -126,7 +125,7 @@ void check_cuda_steps(Arch arch) {
     worst16_l2 = std::max(worst16_l2, l16);
     std::printf("  %-48s fp32 %.2e  bf16 %.2e (L2 %.2e)\n", cpu.grads[i].name.c_str(), e32, e16, l16);
     CHECK(e32 < 1e-4);
-    CHECK(l16 < 2.5e-2);
+    CHECK(l16 < 6e-2);
     CHECK(e16 < 0.25);
   }
   std::printf("  worst: fp32 %.2e  bf16 %.2e (L2 %.2e)\n", worst32, worst16, worst16_l2);
