@@ -69,8 +69,7 @@ std::string format_size(uint64_t bytes) {
 }
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -108,10 +107,18 @@ uint32_t CachingAllocator::Impl::intern_stage(const char* tag) {
   return id;
 }
 
-void CachingAllocator::Impl::record(TraceAction action, uintptr_t addr, size_t size, size_t requested,
-                                    StreamId stream, int64_t device_free) {
-  RawTraceEvent e{action,          intern_stage(stage_tag()),          addr,  size, requested, stream, step,
-                  now_us(),        stats.allocated_bytes.current,     stats.reserved_bytes.current,
+void CachingAllocator::Impl::record(TraceAction action, uintptr_t addr, size_t size, size_t requested, StreamId stream,
+                                    int64_t device_free) {
+  RawTraceEvent e{action,
+                  intern_stage(stage_tag()),
+                  addr,
+                  size,
+                  requested,
+                  stream,
+                  step,
+                  now_us(),
+                  stats.allocated_bytes.current,
+                  stats.reserved_bytes.current,
                   device_free};
   if (ring.size() < trace_capacity) {
     ring.push_back(e);
@@ -370,8 +377,9 @@ CachingAllocator::~CachingAllocator() {
       s.pending.pop_front();
     }
     if (!s.allocated.empty())
-      std::fprintf(stderr, "lt::alloc: %s allocator destroyed with %zu live allocations (%" PRId64
-                           " bytes); their segments are released\n",
+      std::fprintf(stderr,
+                   "lt::alloc: %s allocator destroyed with %zu live allocations (%" PRId64
+                   " bytes); their segments are released\n",
                    device_label(*s.backend).c_str(), s.allocated.size(), s.stats.allocated_bytes.current);
     for (auto& [base, seg] : s.segments) {
       s.backend->raw_free(reinterpret_cast<void*>(base));
@@ -423,8 +431,8 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
       bool known = s.backend->memory_info(dev_free, dev_total);
       if (s.tracing) s.record(TraceAction::oom, 0, size, bytes, stream, known ? int64_t(dev_free) : -1);
       const Stats& st = s.stats;
-      std::string msg = device_label(*s.backend) + " out of memory. Tried to allocate " + format_size(bytes) +
-                        " (" + std::to_string(bytes) + " bytes requested, " + std::to_string(size) +
+      std::string msg = device_label(*s.backend) + " out of memory. Tried to allocate " + format_size(bytes) + " (" +
+                        std::to_string(bytes) + " bytes requested, " + std::to_string(size) +
                         " after rounding, stream " + hex_ptr(reinterpret_cast<void*>(stream)) + "). ";
       if (known)
         msg += "Device has a total capacity of " + format_size(dev_total) + " of which " + format_size(dev_free) +
@@ -433,8 +441,9 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
       msg += "Of the allocated memory " + format_size(uint64_t(st.allocated_bytes.current)) +
              " is allocated by lintrain, and " + format_size(uint64_t(unalloc)) +
              " is reserved by lintrain but unallocated. In use: " + std::to_string(st.allocated_bytes.current) +
-             " bytes in " + std::to_string(st.allocation.current) + " allocations; reserved: " +
-             std::to_string(st.reserved_bytes.current) + " bytes in " + std::to_string(st.segment.current) +
+             " bytes in " + std::to_string(st.allocation.current) +
+             " allocations; reserved: " + std::to_string(st.reserved_bytes.current) + " bytes in " +
+             std::to_string(st.segment.current) +
              " segments; largest free block: " + std::to_string(largest_free_block(s)) + " bytes.";
       if (s.tracing) {
         std::string path = s.oom_trace_path.empty() ? "lintrain_oom_snapshot.json" : s.oom_trace_path;
@@ -532,8 +541,8 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   std::lock_guard<std::mutex> lock(s.mutex);
   Block* b = s.allocated.find(reinterpret_cast<uintptr_t>(ptr));
   if (!b)
-    throw std::invalid_argument("lt::alloc: record_stream(" + hex_ptr(ptr) + ") on the " +
-                                device_label(*s.backend) + " allocator: not a live allocation of this allocator");
+    throw std::invalid_argument("lt::alloc: record_stream(" + hex_ptr(ptr) + ") on the " + device_label(*s.backend) +
+                                " allocator: not a live allocation of this allocator");
   if (stream == b->stream) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -593,9 +602,12 @@ const std::pair<const char*, StatCounter Stats::*> kCounters[] = {
     {"requested_bytes", &Stats::requested_bytes},
 };
 const std::pair<const char*, int64_t Stats::*> kScalars[] = {
-    {"num_device_alloc", &Stats::num_device_alloc},   {"num_device_free", &Stats::num_device_free},
-    {"num_cache_hits", &Stats::num_cache_hits},       {"num_alloc_retries", &Stats::num_alloc_retries},
-    {"num_ooms", &Stats::num_ooms},                   {"num_sync_all_streams", &Stats::num_sync_all_streams},
+    {"num_device_alloc", &Stats::num_device_alloc},
+    {"num_device_free", &Stats::num_device_free},
+    {"num_cache_hits", &Stats::num_cache_hits},
+    {"num_alloc_retries", &Stats::num_alloc_retries},
+    {"num_ooms", &Stats::num_ooms},
+    {"num_sync_all_streams", &Stats::num_sync_all_streams},
 };
 }  // namespace
 
@@ -629,8 +641,7 @@ std::string CachingAllocator::memory_summary() const {
   Stats st = stats();
   std::string out = "lt::alloc " + device_label(*backend_) + " memory summary\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  %-22s %16s %16s %16s %16s\n", "metric", "current", "peak", "allocated",
-                "freed");
+  std::snprintf(line, sizeof line, "  %-22s %16s %16s %16s %16s\n", "metric", "current", "peak", "allocated", "freed");
   out += line;
   for (const auto& [name, member] : kCounters) {
     const StatCounter& c = st.*member;
@@ -753,9 +764,7 @@ nlohmann::json CachingAllocator::snapshot_json() const {
   return snapshot_json_locked(*impl_, backend_->device());
 }
 
-void CachingAllocator::dump_snapshot_json(const std::string& path) const {
-  write_file(path, snapshot_json().dump());
-}
+void CachingAllocator::dump_snapshot_json(const std::string& path) const { write_file(path, snapshot_json().dump()); }
 
 void CachingAllocator::dump_snapshot_pickle(const std::string& path) const {
   write_file(path, pickle_dumps(snapshot_json()));

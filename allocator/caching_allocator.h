@@ -39,14 +39,14 @@
 
 namespace lt::alloc {
 
-inline constexpr size_t kMinBlockSize = 512;              // rounding unit, smallest block
-inline constexpr size_t kSmallSize = 1u << 20;            // <= 1 MiB: small pool
-inline constexpr size_t kSmallBuffer = 2u << 20;          // small-pool segment size
-inline constexpr size_t kMinLargeAlloc = 10u << 20;       // large requests below this ...
-inline constexpr size_t kLargeBuffer = 20u << 20;         // ... get a 20 MiB segment
-inline constexpr size_t kRoundLarge = 2u << 20;           // larger: round segment to 2 MiB
-inline constexpr size_t kMaxSplitSize = 64u << 20;        // default: blocks this big are not split
-inline constexpr size_t kDefaultTraceCapacity = 1u << 18; // trace ring buffer, events
+inline constexpr size_t kMinBlockSize = 512;               // rounding unit, smallest block
+inline constexpr size_t kSmallSize = 1u << 20;             // <= 1 MiB: small pool
+inline constexpr size_t kSmallBuffer = 2u << 20;           // small-pool segment size
+inline constexpr size_t kMinLargeAlloc = 10u << 20;        // large requests below this ...
+inline constexpr size_t kLargeBuffer = 20u << 20;          // ... get a 20 MiB segment
+inline constexpr size_t kRoundLarge = 2u << 20;            // larger: round segment to 2 MiB
+inline constexpr size_t kMaxSplitSize = 64u << 20;         // default: blocks this big are not split
+inline constexpr size_t kDefaultTraceCapacity = 1u << 18;  // trace ring buffer, events
 
 // Rounded block size for a request (exposed for tests and for callers sizing arenas).
 size_t round_size(size_t bytes);
@@ -102,9 +102,9 @@ struct TraceEvent {
   size_t size = 0;            // block / segment bytes
   size_t requested_size = 0;  // caller's bytes (alloc, free_*), else 0
   StreamId stream = 0;
-  int64_t step = 0;           // set_step() value when the event happened
-  std::string stage;          // lt::alloc::stage_tag() when the event happened
-  int64_t time_us = 0;        // microseconds since the epoch (system clock)
+  int64_t step = 0;             // set_step() value when the event happened
+  std::string stage;            // lt::alloc::stage_tag() when the event happened
+  int64_t time_us = 0;          // microseconds since the epoch (system clock)
   int64_t allocated_bytes = 0;  // stats.allocated_bytes.current after the event
   int64_t reserved_bytes = 0;   // stats.reserved_bytes.current after the event
   int64_t device_free = -1;     // oom: free bytes the backend reported (-1 unknown)
@@ -126,8 +126,8 @@ struct SegmentInfo {
   size_t active_size = 0;
   size_t requested_size = 0;
   StreamId stream = 0;
-  bool is_large = false;            // segment_type "large" / "small"
-  std::vector<BlockInfo> blocks;    // in address order, covering the segment exactly
+  bool is_large = false;          // segment_type "large" / "small"
+  std::vector<BlockInfo> blocks;  // in address order, covering the segment exactly
 };
 
 class CachingAllocator {
@@ -153,8 +153,8 @@ class CachingAllocator {
 
   // Exact statistics.
   Stats stats() const;
-  void reset_peak_stats();            // peak := current for every counter
-  void reset_accumulated_stats();     // allocated/freed and num_* := 0
+  void reset_peak_stats();         // peak := current for every counter
+  void reset_accumulated_stats();  // allocated/freed and num_* := 0
   // {"allocation": {"current","peak","allocated","freed"}, ..., "num_ooms": n, ...}
   nlohmann::json stats_json() const;
   // torch.cuda.memory_stats() style flat keys: "allocated_bytes.all.peak", "num_ooms", ...
@@ -183,9 +183,9 @@ class CachingAllocator {
   void set_trace(bool on, size_t capacity = kDefaultTraceCapacity);
   bool tracing() const;
   void clear_trace();
-  std::vector<TraceEvent> trace() const;     // oldest first
-  int64_t trace_dropped() const;             // events overwritten since tracing began
-  void set_step(int64_t step);               // tag for subsequent events
+  std::vector<TraceEvent> trace() const;  // oldest first
+  int64_t trace_dropped() const;          // events overwritten since tracing began
+  void set_step(int64_t step);            // tag for subsequent events
   int64_t step() const;
   // Where an OutOfMemoryError writes the trace when tracing is on; the extension picks
   // the format: ".pickle" snapshot pickle, ".trace.json"/".chrome.json" Chrome trace,
@@ -229,13 +229,15 @@ class Buffer {
 
   void* data() const { return data_; }
   template <class T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }  // bytes requested
   explicit operator bool() const { return data_ != nullptr; }
   CachingAllocator* allocator() const { return owner_; }
-  void record_stream(StreamId stream);   // see CachingAllocator::record_stream
-  void reset() noexcept;                 // frees now (aborts with a message on misuse)
-  void* release();                       // gives up ownership; caller frees via allocator()
+  void record_stream(StreamId stream);  // see CachingAllocator::record_stream
+  void reset() noexcept;                // frees now (aborts with a message on misuse)
+  void* release();                      // gives up ownership; caller frees via allocator()
 
  private:
   CachingAllocator* owner_ = nullptr;

@@ -15,10 +15,10 @@ constexpr char STOP = '.';
 constexpr char NONE = 'N';
 constexpr char NEWTRUE = '\x88';
 constexpr char NEWFALSE = '\x89';
-constexpr char BININT = 'J';   // 4-byte signed
-constexpr char BININT1 = 'K';  // 1-byte unsigned
-constexpr char BININT2 = 'M';  // 2-byte unsigned
-constexpr char LONG1 = '\x8a'; // n-byte two's complement, n < 256
+constexpr char BININT = 'J';    // 4-byte signed
+constexpr char BININT1 = 'K';   // 1-byte unsigned
+constexpr char BININT2 = 'M';   // 2-byte unsigned
+constexpr char LONG1 = '\x8a';  // n-byte two's complement, n < 256
 constexpr char BINFLOAT = 'G';
 constexpr char BINUNICODE = 'X';
 constexpr char EMPTY_DICT = '}';
@@ -117,8 +117,7 @@ void put_value(std::string& out, const nlohmann::json& v) {
       break;
     }
     case T::binary:
-    case T::discarded:
-      throw std::invalid_argument("pickle: unsupported JSON value type");
+    case T::discarded: throw std::invalid_argument("pickle: unsupported JSON value type");
   }
 }
 

@@ -8,6 +8,6 @@ namespace lt::alloc {
 // Per-thread current stage tag. The pointer must stay valid until the next call on the
 // same thread (StageScope passes its thread-local string's c_str()).
 void set_stage_tag(const char* tag);
-const char* stage_tag();   // "" when unset
+const char* stage_tag();  // "" when unset
 
 }  // namespace lt::alloc

@@ -135,34 +135,55 @@ nlohmann::json chrome_trace_locked(const CachingAllocator::Impl& impl, int devic
     const int64_t ts = e.time_us - t0;
     const std::string& stage = impl.stage_names[e.stage_id];
     if (e.step != last_step) {
-      events.push_back({{"name", "step " + std::to_string(e.step)}, {"ph", "i"}, {"s", "p"}, {"ts", ts},
-                        {"pid", pid}, {"tid", 0}, {"args", {{"step", e.step}}}});
+      events.push_back({{"name", "step " + std::to_string(e.step)},
+                        {"ph", "i"},
+                        {"s", "p"},
+                        {"ts", ts},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args", {{"step", e.step}}}});
       last_step = e.step;
     }
     if (e.allocated_bytes != last_in_use) {
-      events.push_back({{"name", "in_use"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", {{"bytes", e.allocated_bytes}}}});
+      events.push_back(
+          {{"name", "in_use"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", {{"bytes", e.allocated_bytes}}}});
       last_in_use = e.allocated_bytes;
     }
     if (e.reserved_bytes != last_reserved) {
-      events.push_back({{"name", "reserved"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", {{"bytes", e.reserved_bytes}}}});
+      events.push_back(
+          {{"name", "reserved"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", {{"bytes", e.reserved_bytes}}}});
       last_reserved = e.reserved_bytes;
     }
     switch (e.action) {
       case TraceAction::segment_alloc:
       case TraceAction::segment_free:
       case TraceAction::empty_cache:
-        events.push_back({{"name", trace_action_name(e.action)}, {"ph", "i"}, {"s", "t"}, {"ts", ts}, {"pid", pid},
-                          {"tid", 0},
-                          {"args", {{"addr", hex(e.addr)}, {"size", e.size}, {"stream", e.stream}, {"step", e.step},
-                                    {"stage", stage}}}});
+        events.push_back(
+            {{"name", trace_action_name(e.action)},
+             {"ph", "i"},
+             {"s", "t"},
+             {"ts", ts},
+             {"pid", pid},
+             {"tid", 0},
+             {"args",
+              {{"addr", hex(e.addr)}, {"size", e.size}, {"stream", e.stream}, {"step", e.step}, {"stage", stage}}}});
         break;
       case TraceAction::oom:
-        events.push_back({{"name", "oom"}, {"ph", "i"}, {"s", "g"}, {"ts", ts}, {"pid", pid}, {"tid", 0},
-                          {"args", {{"size", e.size}, {"requested_size", e.requested_size}, {"stream", e.stream},
-                                    {"device_free", e.device_free}, {"step", e.step}, {"stage", stage}}}});
+        events.push_back({{"name", "oom"},
+                          {"ph", "i"},
+                          {"s", "g"},
+                          {"ts", ts},
+                          {"pid", pid},
+                          {"tid", 0},
+                          {"args",
+                           {{"size", e.size},
+                            {"requested_size", e.requested_size},
+                            {"stream", e.stream},
+                            {"device_free", e.device_free},
+                            {"step", e.step},
+                            {"stage", stage}}}});
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return {{"traceEvents", std::move(events)},

@@ -118,8 +118,8 @@ const kern::KernelTable& kernels_for(Device device) {
   if (device.is_cpu()) return kern::cpu_kernels();
 #if LINTRAIN_WITH_CUDA
   if (!cuda_available() || device.index >= cuda_device_count())
-    throw std::runtime_error("device " + device.str() + " is not usable (cuda_device_count() = " +
-                             std::to_string(cuda_device_count()) + ")");
+    throw std::runtime_error("device " + device.str() +
+                             " is not usable (cuda_device_count() = " + std::to_string(cuda_device_count()) + ")");
   return kern::cuda_kernels();
 #else
   throw std::runtime_error("device " + device.str() + " requested, but lintrain was built without CUDA");
@@ -171,8 +171,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     LT_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 #else
-  throw std::runtime_error("copy between " + src_device.str() + " and " + dst_device.str() +
-                           ": built without CUDA");
+  throw std::runtime_error("copy between " + src_device.str() + " and " + dst_device.str() + ": built without CUDA");
 #endif
 }
 

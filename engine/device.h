@@ -49,15 +49,15 @@ Device default_device();
 // the last handle goes away (after the caller is done with them: no implicit sync).
 class Stream {
  public:
-  Stream() = default;                              // the CPU placeholder stream
-  static Stream default_stream(Device device);     // legacy default stream (id 0)
-  static Stream create(Device device);             // a new non-blocking CUDA stream
+  Stream() = default;                           // the CPU placeholder stream
+  static Stream default_stream(Device device);  // legacy default stream (id 0)
+  static Stream create(Device device);          // a new non-blocking CUDA stream
   Device device() const { return device_; }
   // The cudaStream_t as an integer (0 = default stream; 0 on the CPU). Same value as
   // lt::alloc::StreamId, so it can be passed to the caching allocator directly.
   uintptr_t id() const { return id_; }
   void* handle() const { return reinterpret_cast<void*>(id_); }  // cast to cudaStream_t
-  void synchronize() const;                        // no-op on the CPU
+  void synchronize() const;                                      // no-op on the CPU
   bool operator==(const Stream& o) const { return device_ == o.device_ && id_ == o.id_; }
 
  private:

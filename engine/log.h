@@ -4,5 +4,5 @@
 #include <spdlog/spdlog.h>
 
 namespace lt {
-void log_init();   // idempotent; call at program start
+void log_init();  // idempotent; call at program start
 }

@@ -33,7 +33,7 @@ namespace lt::ops {
 //   void add_out(out, a, b);            out = a + b; out must have the broadcast shape and
 //                                       a's dtype; out may be `a` itself (in place, e.g.
 //                                       add_out(g, g, dg) accumulates a gradient)
-#define LT_DECLARE_BINARY(name, Functor)              \
+#define LT_DECLARE_BINARY(name, Functor)         \
   Tensor name(const Tensor& a, const Tensor& b); \
   void name##_out(Tensor& out, const Tensor& a, const Tensor& b);
 LT_BINARY_OPS(LT_DECLARE_BINARY)
@@ -42,10 +42,10 @@ LT_BINARY_OPS(LT_DECLARE_BINARY)
 Tensor& add_(Tensor& a, const Tensor& b);
 
 // ---- scalar forms (float dtypes) -------------------------------------------------------
-Tensor add_scalar(const Tensor& x, double s);     // x + s
-Tensor mul_scalar(const Tensor& x, double s);     // x * s
-Tensor rsub_scalar(const Tensor& x, double s);    // s - x
-Tensor pow_scalar(const Tensor& x, double p);     // x^p (std::pow semantics)
+Tensor add_scalar(const Tensor& x, double s);   // x + s
+Tensor mul_scalar(const Tensor& x, double s);   // x * s
+Tensor rsub_scalar(const Tensor& x, double s);  // s - x
+Tensor pow_scalar(const Tensor& x, double p);   // x^p (std::pow semantics)
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 // ---- unary (float dtypes) --------------------------------------------------------------
@@ -75,9 +75,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // Along dim d; keepdim keeps it with size 1. Accumulation: f64 for f64 inputs, f32
 // otherwise (bf16/f16 inputs give bf16/f16 outputs, accumulated in f32).
 Tensor sum(const Tensor& x, int64_t d, bool keepdim = false);
-Tensor max(const Tensor& x, int64_t d, bool keepdim = false);   // NaN propagates
+Tensor max(const Tensor& x, int64_t d, bool keepdim = false);  // NaN propagates
 Tensor mean(const Tensor& x, int64_t d, bool keepdim = false);
-Tensor sum_all(const Tensor& x);   // shape {} (rank 0), x's dtype
+Tensor sum_all(const Tensor& x);  // shape {} (rank 0), x's dtype
 // Reduces a broadcast result back to `shape` (summing over the broadcast dims): the
 // backward of broadcasting. `shape` must broadcast to x.shape().
 Tensor sum_to(const Tensor& x, const Shape& shape);
@@ -108,8 +108,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTyp
 // bf16 / f16 operands, f32 (mixed precision: out read and written in f32, fp32
 // accumulation). beta = 1 accumulates (dW += x^T dy, an f32 dW from bf16 x and dy).
 // With beta == 0 out's old contents are ignored.
-void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false,
-                bool trans_b = false, double alpha = 1.0, double beta = 0.0);
+void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+                double alpha = 1.0, double beta = 0.0);
 // TF32 for f32 GEMMs, process-wide (default off; read at each matmul call). On: f32
 // operands are rounded to TF32 (10-bit mantissa) and multiplied with fp32 accumulation
 // (CUDA: CUBLAS_COMPUTE_32F_FAST_TF32 tensor cores; CPU: emulated by rounding each operand

@@ -119,8 +119,8 @@ Tensor l2norm_backward(const Tensor& dy, const Tensor& y, const Tensor& rstd) {
   const Tensor dyf = half ? dy.to(DType::f32) : dy;
   const Tensor yf = half ? y.to(DType::f32) : y;
   const Tensor r = rstd.dtype() == dyf.dtype() ? rstd : rstd.to(dyf.dtype());
-  const Tensor dot = sum(mul(dyf, yf), -1, true);                  // [..., 1]
-  Tensor dx = mul(sub(dyf, mul(dot, yf)), r.unsqueeze(-1));        // [..., D]
+  const Tensor dot = sum(mul(dyf, yf), -1, true);            // [..., 1]
+  Tensor dx = mul(sub(dyf, mul(dot, yf)), r.unsqueeze(-1));  // [..., D]
   return half ? dx.to(dy.dtype()) : dx;
 }
 

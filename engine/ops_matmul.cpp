@@ -15,8 +15,8 @@ namespace {
 std::atomic<bool> g_matmul_tf32{false};
 
 struct MatrixOperand {
-  Tensor t;              // keeps a copy alive when one was made
-  int64_t ld = 1;        // row stride of the row-major matrix as stored
+  Tensor t;        // keeps a copy alive when one was made
+  int64_t ld = 1;  // row stride of the row-major matrix as stored
   int64_t batch_stride = 0;
   bool flipped = false;  // stored as the transpose (column-major)
 };
@@ -96,8 +96,7 @@ Plan plan_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const char*
   Shape batch;
   if (ba == bb || bb.empty()) batch = ba;
   else if (ba.empty()) batch = bb;
-  else
-    throw std::invalid_argument(std::string(name) + ": batch dims must match (or one operand be 2-D): " + shapes());
+  else throw std::invalid_argument(std::string(name) + ": batch dims must match (or one operand be 2-D): " + shapes());
   p.batch = shape_numel(batch);
   p.out_shape = batch;
   p.out_shape.push_back(p.M);
@@ -167,8 +166,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTyp
   return out;
 }
 
-void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha,
-                double beta) {
+void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha, double beta) {
   const Plan pl = plan_matmul(a, b, trans_a, trans_b, "matmul_out");
   detail::check_same_device(out, a, "matmul_out");
   check_out_dtype(out.dtype(), a.dtype(), "matmul_out");

@@ -39,8 +39,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t d) {
     for (int64_t i = 0; ok && i < t.dim(); ++i)
       if (i != d && t.size(i) != first.size(i)) ok = false;
     if (!ok)
-      throw std::invalid_argument("cat: shape " + shape_str(t.shape()) + " does not match " +
-                                  shape_str(first.shape()) + " outside dim " + std::to_string(d));
+      throw std::invalid_argument("cat: shape " + shape_str(t.shape()) + " does not match " + shape_str(first.shape()) +
+                                  " outside dim " + std::to_string(d));
     sh[d] += t.size(d);
   }
   Tensor out = Tensor::empty(sh, first.dtype(), first.device());

@@ -42,8 +42,7 @@ Shape contiguous_strides(const Shape& s) {
 // ---- Storage ---------------------------------------------------------------------------
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes, Device device) {
-  alloc::CachingAllocator& a =
-      device.is_cpu() ? alloc::host_allocator() : alloc::cuda_allocator(device.index);
+  alloc::CachingAllocator& a = device.is_cpu() ? alloc::host_allocator() : alloc::cuda_allocator(device.index);
   std::shared_ptr<Storage> s(new Storage());
   s->data_ = a.allocate(bytes, current_stream(device).id());
   s->bytes_ = bytes;
@@ -332,7 +331,8 @@ Tensor Tensor::expand(const Shape& shape) const {
   Shape sh(shape.size()), st(shape.size(), 0);
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i < lead) {
-      if (shape[i] < 0) throw std::invalid_argument("expand: -1 not allowed for a new leading dim in " + shape_str(shape));
+      if (shape[i] < 0)
+        throw std::invalid_argument("expand: -1 not allowed for a new leading dim in " + shape_str(shape));
       sh[i] = shape[i];
       continue;
     }

@@ -34,9 +34,9 @@
 namespace lt {
 
 using Shape = std::vector<int64_t>;
-std::string shape_str(const Shape& s);      // "[2, 3, 4]"
-int64_t shape_numel(const Shape& s);        // product, 1 for {}
-Shape contiguous_strides(const Shape& s);   // row-major strides in elements
+std::string shape_str(const Shape& s);     // "[2, 3, 4]"
+int64_t shape_numel(const Shape& s);       // product, 1 for {}
+Shape contiguous_strides(const Shape& s);  // row-major strides in elements
 
 // Refcounted block of device or host memory from the caching allocator.
 class Storage {
@@ -67,16 +67,15 @@ class Tensor {
   // ---- factories (all outputs contiguous) -------------------------------------------
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
-                     Device device = Device::cpu());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
   // Host values (row-major, size must equal shape's numel) converted to `dtype` with the
   // runtime's conversion rules (round-to-nearest-even for f32/bf16/f16; ints truncate).
-  static Tensor from_vector(const std::vector<double>& values, const Shape& shape,
-                            DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<float>& values, const Shape& shape,
-                            DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
-                            DType dtype = DType::i64, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::f32,
+                            Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::f32,
+                            Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64,
+                            Device device = Device::cpu());
   // Wraps existing storage (advanced; used by views and by arenas carving one block).
   Tensor(std::shared_ptr<Storage> storage, int64_t offset, Shape shape, Shape strides, DType dtype);
 
@@ -85,20 +84,22 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
-  int64_t size(int64_t d) const;     // d may be negative (-1 = last)
-  int64_t stride(int64_t d) const;   // d may be negative
+  int64_t size(int64_t d) const;    // d may be negative (-1 = last)
+  int64_t stride(int64_t d) const;  // d may be negative
   int64_t numel() const { return shape_numel(shape_); }
   int64_t offset() const { return offset_; }  // elements from the storage base
   DType dtype() const { return dtype_; }
   size_t itemsize() const { return dtype_size(dtype_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
   Device device() const;
-  bool is_contiguous() const;        // row-major dense (size-1 dims' strides ignored)
+  bool is_contiguous() const;  // row-major dense (size-1 dims' strides ignored)
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
-  void* data_ptr() const;            // address of element 0 (storage base + offset)
+  void* data_ptr() const;  // address of element 0 (storage base + offset)
   template <class T>
-  T* data() const { return static_cast<T*>(data_ptr()); }
+  T* data() const {
+    return static_cast<T*>(data_ptr());
+  }
   void record_stream(const Stream& stream) const { storage_->record_stream(stream); }
 
   // ---- views (share storage, never copy) -----------------------------------------------
@@ -106,11 +107,11 @@ class Tensor {
   // negative start/end count from the end (Python rules, clamped like Python's slicing).
   Tensor narrow(int64_t d, int64_t start, int64_t length) const;
   Tensor slice(int64_t d, int64_t start, int64_t end, int64_t step = 1) const;
-  Tensor select(int64_t d, int64_t index) const;      // removes dim d
+  Tensor select(int64_t d, int64_t index) const;  // removes dim d
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor permute(const std::vector<int64_t>& dims) const;
-  Tensor unsqueeze(int64_t d) const;                 // d in [-dim()-1, dim()]
-  Tensor squeeze(int64_t d) const;                   // dim d must have size 1
+  Tensor unsqueeze(int64_t d) const;  // d in [-dim()-1, dim()]
+  Tensor squeeze(int64_t d) const;    // dim d must have size 1
   // view: same numel; one entry may be -1 (inferred). Requires strides compatible with the
   // new shape (true for contiguous tensors); otherwise throws (use reshape).
   Tensor view(const Shape& shape) const;
@@ -119,20 +120,20 @@ class Tensor {
   Tensor expand(const Shape& shape) const;
 
   // ---- copies -------------------------------------------------------------------------
-  Tensor reshape(const Shape& shape) const;   // view() when possible, else a contiguous copy
-  Tensor contiguous() const;                  // *this if contiguous, else a fresh copy
-  Tensor clone() const;                       // always a fresh contiguous copy
-  Tensor to(Device device) const;             // *this if already there
-  Tensor to(DType dtype) const;               // *this if already that dtype (see ops::convert)
+  Tensor reshape(const Shape& shape) const;  // view() when possible, else a contiguous copy
+  Tensor contiguous() const;                 // *this if contiguous, else a fresh copy
+  Tensor clone() const;                      // always a fresh contiguous copy
+  Tensor to(Device device) const;            // *this if already there
+  Tensor to(DType dtype) const;              // *this if already that dtype (see ops::convert)
   // Copies src into this tensor (possibly a strided view): src broadcasts to this shape,
   // converts dtype, may live on another device. Returns *this.
   Tensor& copy_(const Tensor& src);
-  Tensor& fill_(double value);                // converted to dtype()
+  Tensor& fill_(double value);  // converted to dtype()
   Tensor& zero_() { return fill_(0.0); }
 
   // ---- host access for tests and debugging (synchronise) ------------------------------
-  std::vector<double> to_vector() const;      // row-major logical order, any dtype
-  double item() const;                        // numel() must be 1
+  std::vector<double> to_vector() const;  // row-major logical order, any dtype
+  double item() const;                    // numel() must be 1
   // "Tensor[2, 3] f32 cuda:0\n[[1, 2, 3],\n [4, 5, 6]]", at most max_elements shown
   // (the rest elided with "...").
   std::string to_string(int64_t max_elements = 64) const;

@@ -20,8 +20,8 @@ namespace lt::kern {
 enum class ActivationOp : uint8_t { swiglu, sqrelu, sigmoid_mul, silu_mul, token_shift, count };
 
 struct ActivationParams {
-  int64_t n = 0;           // elements of every operand
-  int64_t T = 1, d = 1;    // token_shift only: sequence length and width
+  int64_t n = 0;         // elements of every operand
+  int64_t T = 1, d = 1;  // token_shift only: sequence length and width
   bool backward = false;
   const void* a = nullptr;
   const void* b = nullptr;   // swiglu, sigmoid_mul, silu_mul
@@ -70,9 +70,7 @@ struct ActivationMath {
         db = dy * a * s * (C(1) + b * (C(1) - s));
         return;
       }
-      default:
-        da = db = C(0);
-        return;
+      default: da = db = C(0); return;
     }
   }
 };

@@ -28,13 +28,13 @@ enum class ConvPass : uint8_t { forward, backward };
 struct ConvParams {
   int64_t B = 0, T = 0, C = 0, W = 0;  // 1 <= W <= kConvMaxWidth
   bool silu = true;
-  const void* x = nullptr;     // [B, T, C]
-  const void* w = nullptr;     // [C, W]
-  void* y = nullptr;           // [B, T, C] (forward)
-  const void* dy = nullptr;    // [B, T, C] (backward)
-  void* dx = nullptr;          // [B, T, C], written
-  void* dw = nullptr;          // [C, W], accumulated
-  void* scratch = nullptr;     // [conv_weight_slots(B, T), C, W] compute type
+  const void* x = nullptr;   // [B, T, C]
+  const void* w = nullptr;   // [C, W]
+  void* y = nullptr;         // [B, T, C] (forward)
+  const void* dy = nullptr;  // [B, T, C] (backward)
+  void* dx = nullptr;        // [B, T, C], written
+  void* dw = nullptr;        // [C, W], accumulated
+  void* scratch = nullptr;   // [conv_weight_slots(B, T), C, W] compute type
 };
 
 // Number of dw slots: B * ceil(T / kConvTileT).

@@ -27,8 +27,8 @@ struct CrossEntropyParams {
   int64_t ignore_index = -100;
   double inv_count = 1.0;
   bool write_grad = false;
-  void* row_loss = nullptr;   // [n] contiguous, logits dtype
-  int32_t* correct = nullptr; // [n] contiguous, optional
+  void* row_loss = nullptr;    // [n] contiguous, logits dtype
+  int32_t* correct = nullptr;  // [n] contiguous, optional
 };
 
 }  // namespace lt::kern

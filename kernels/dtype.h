@@ -23,9 +23,13 @@ inline constexpr int kNumDTypes = 7;
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f64: case DType::i64: return 8;
-    case DType::bf16: case DType::f16: case DType::u16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f64:
+    case DType::i64: return 8;
+    case DType::bf16:
+    case DType::f16:
+    case DType::u16: return 2;
   }
   return 0;
 }

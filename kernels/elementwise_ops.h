@@ -38,18 +38,54 @@ using std::tanh;
 }  // namespace math
 
 // ---- binary ----
-struct AddOp { template <class C> LT_HD C operator()(C a, C b) const { return a + b; } };
-struct SubOp { template <class C> LT_HD C operator()(C a, C b) const { return a - b; } };
-struct MulOp { template <class C> LT_HD C operator()(C a, C b) const { return a * b; } };
-struct DivOp { template <class C> LT_HD C operator()(C a, C b) const { return a / b; } };
+struct AddOp {
+  template <class C>
+  LT_HD C operator()(C a, C b) const {
+    return a + b;
+  }
+};
+struct SubOp {
+  template <class C>
+  LT_HD C operator()(C a, C b) const {
+    return a - b;
+  }
+};
+struct MulOp {
+  template <class C>
+  LT_HD C operator()(C a, C b) const {
+    return a * b;
+  }
+};
+struct DivOp {
+  template <class C>
+  LT_HD C operator()(C a, C b) const {
+    return a / b;
+  }
+};
 
 // ---- unary: operator()(x, alpha, beta) ----
-struct NegOp { template <class C> LT_HD C operator()(C x, C, C) const { return -x; } };
-struct ExpOp { template <class C> LT_HD C operator()(C x, C, C) const { return math::exp(x); } };
-struct LogOp { template <class C> LT_HD C operator()(C x, C, C) const { return math::log(x); } };
+struct NegOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return -x;
+  }
+};
+struct ExpOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return math::exp(x);
+  }
+};
+struct LogOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return math::log(x);
+  }
+};
 // Two branches so exp never overflows: for x < 0, e^x / (1 + e^x).
 struct SigmoidOp {
-  template <class C> LT_HD C operator()(C x, C, C) const {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
     if (x >= C(0)) return C(1) / (C(1) + math::exp(-x));
     const C e = math::exp(x);
     return e / (C(1) + e);
@@ -57,26 +93,81 @@ struct SigmoidOp {
 };
 // fla's softplus: x for x > 20, else log(1 + e^x) (log1p for accuracy at very negative x).
 struct SoftplusOp {
-  template <class C> LT_HD C operator()(C x, C, C) const {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
     return x > C(20) ? x : math::log1p(math::exp(x));
   }
 };
 struct SiluOp {
-  template <class C> LT_HD C operator()(C x, C a, C b) const { return x * SigmoidOp{}(x, a, b); }
+  template <class C>
+  LT_HD C operator()(C x, C a, C b) const {
+    return x * SigmoidOp{}(x, a, b);
+  }
 };
-struct SqrtOp { template <class C> LT_HD C operator()(C x, C, C) const { return math::sqrt(x); } };
-struct RsqrtOp { template <class C> LT_HD C operator()(C x, C, C) const { return C(1) / math::sqrt(x); } };
-struct SquareOp { template <class C> LT_HD C operator()(C x, C, C) const { return x * x; } };
-struct AbsOp { template <class C> LT_HD C operator()(C x, C, C) const { return math::fabs(x); } };
-struct ReluOp { template <class C> LT_HD C operator()(C x, C, C) const { return x > C(0) ? x : C(0); } };
-struct TanhOp { template <class C> LT_HD C operator()(C x, C, C) const { return math::tanh(x); } };
-struct AddScalarOp { template <class C> LT_HD C operator()(C x, C a, C) const { return x + a; } };
-struct MulScalarOp { template <class C> LT_HD C operator()(C x, C a, C) const { return x * a; } };
-struct RsubScalarOp { template <class C> LT_HD C operator()(C x, C a, C) const { return a - x; } };
-struct PowScalarOp { template <class C> LT_HD C operator()(C x, C a, C) const { return math::pow(x, a); } };
+struct SqrtOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return math::sqrt(x);
+  }
+};
+struct RsqrtOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return C(1) / math::sqrt(x);
+  }
+};
+struct SquareOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return x * x;
+  }
+};
+struct AbsOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return math::fabs(x);
+  }
+};
+struct ReluOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return x > C(0) ? x : C(0);
+  }
+};
+struct TanhOp {
+  template <class C>
+  LT_HD C operator()(C x, C, C) const {
+    return math::tanh(x);
+  }
+};
+struct AddScalarOp {
+  template <class C>
+  LT_HD C operator()(C x, C a, C) const {
+    return x + a;
+  }
+};
+struct MulScalarOp {
+  template <class C>
+  LT_HD C operator()(C x, C a, C) const {
+    return x * a;
+  }
+};
+struct RsubScalarOp {
+  template <class C>
+  LT_HD C operator()(C x, C a, C) const {
+    return a - x;
+  }
+};
+struct PowScalarOp {
+  template <class C>
+  LT_HD C operator()(C x, C a, C) const {
+    return math::pow(x, a);
+  }
+};
 // NaN passes through (comparisons with NaN are false).
 struct ClampOp {
-  template <class C> LT_HD C operator()(C x, C lo, C hi) const {
+  template <class C>
+  LT_HD C operator()(C x, C lo, C hi) const {
     return x < lo ? lo : (x > hi ? hi : x);
   }
 };
@@ -85,8 +176,7 @@ struct ClampOp {
 // single place that maps enum rows to functors, used by both backends' tables; the cases
 // come from the op lists in kernels/op_lists.h).
 #define LT_VISIT_CASE(name, Functor) \
-  case Op::name:                      \
-    return v(Functor{});
+  case Op::name: return v(Functor{});
 template <class Visitor>
 inline auto visit_binary(BinaryOp op, Visitor&& v) {
   using Op = BinaryOp;

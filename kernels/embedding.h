@@ -23,17 +23,17 @@ namespace lt::kern {
 enum class EmbeddingPass : uint8_t { forward, backward };
 
 struct EmbeddingParams {
-  int64_t n = 0;  // tokens
-  int64_t V = 0;  // vocabulary rows
-  int64_t d = 0;  // embedding width
+  int64_t n = 0;              // tokens
+  int64_t V = 0;              // vocabulary rows
+  int64_t d = 0;              // embedding width
   const void* idx = nullptr;  // [n]
   DType idx_dtype = DType::i64;
   // forward
   const void* W = nullptr;  // [V, d], w_dtype
   void* out = nullptr;      // [n, d], act_dtype
   // backward
-  const void* dy = nullptr;  // [n, d], act_dtype
-  void* dW = nullptr;        // [V, d], w_dtype
+  const void* dy = nullptr;      // [n, d], act_dtype
+  void* dW = nullptr;            // [V, d], w_dtype
   DType w_dtype = DType::f32;    // f32 (f64 on the CPU)
   DType act_dtype = DType::f32;  // f32, bf16 (f64 on the CPU)
 };

@@ -76,15 +76,15 @@ LT_HD uint16_t float_to_f16_bits(float f) {
   const uint32_t sign = (x >> 16) & 0x8000u;
   x &= 0x7fffffffu;
   uint32_t o;
-  if (x >= 0x47800000u) {                 // >= 65536, inf or NaN
+  if (x >= 0x47800000u) {  // >= 65536, inf or NaN
     o = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (x < 0x38800000u) {           // below 2^-14: f16 subnormal or zero
-    const float magic = bits_float(0x3f000000u);   // 0.5f = 2^-1, ulp 2^-24
+  } else if (x < 0x38800000u) {                   // below 2^-14: f16 subnormal or zero
+    const float magic = bits_float(0x3f000000u);  // 0.5f = 2^-1, ulp 2^-24
     o = float_bits(bits_float(x) + magic) - 0x3f000000u;
   } else {
     const uint32_t mant_odd = (x >> 13) & 1u;
-    x += 0xc8000fffu + mant_odd;          // rebias exponent by (15 - 127) << 23, round
-    o = x >> 13;                          // 65520..65535 carry into 0x7c00 = inf
+    x += 0xc8000fffu + mant_odd;  // rebias exponent by (15 - 127) << 23, round
+    o = x >> 13;                  // 65520..65535 carry into 0x7c00 = inf
   }
   return static_cast<uint16_t>(o | sign);
 }
@@ -106,34 +106,73 @@ struct bfloat16 {
   bfloat16() = default;
   LT_HD explicit bfloat16(float f) : bits(float_to_bf16_bits(f)) {}
   LT_HD explicit operator float() const { return bf16_bits_to_float(bits); }
-  LT_HD static bfloat16 from_bits(uint16_t b) { bfloat16 r; r.bits = b; return r; }
+  LT_HD static bfloat16 from_bits(uint16_t b) {
+    bfloat16 r;
+    r.bits = b;
+    return r;
+  }
 };
 struct float16 {
   uint16_t bits;
   float16() = default;
   LT_HD explicit float16(float f) : bits(float_to_f16_bits(f)) {}
   LT_HD explicit operator float() const { return f16_bits_to_float(bits); }
-  LT_HD static float16 from_bits(uint16_t b) { float16 r; r.bits = b; return r; }
+  LT_HD static float16 from_bits(uint16_t b) {
+    float16 r;
+    r.bits = b;
+    return r;
+  }
 };
 static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
 
 // C++ element type of a DType.
-template <DType D> struct dtype_traits;
-template <> struct dtype_traits<DType::f32> { using type = float; };
-template <> struct dtype_traits<DType::f64> { using type = double; };
-template <> struct dtype_traits<DType::bf16> { using type = bfloat16; };
-template <> struct dtype_traits<DType::f16> { using type = float16; };
-template <> struct dtype_traits<DType::i32> { using type = int32_t; };
-template <> struct dtype_traits<DType::i64> { using type = int64_t; };
-template <> struct dtype_traits<DType::u16> { using type = uint16_t; };
-template <DType D> using dtype_t = typename dtype_traits<D>::type;
+template <DType D>
+struct dtype_traits;
+template <>
+struct dtype_traits<DType::f32> {
+  using type = float;
+};
+template <>
+struct dtype_traits<DType::f64> {
+  using type = double;
+};
+template <>
+struct dtype_traits<DType::bf16> {
+  using type = bfloat16;
+};
+template <>
+struct dtype_traits<DType::f16> {
+  using type = float16;
+};
+template <>
+struct dtype_traits<DType::i32> {
+  using type = int32_t;
+};
+template <>
+struct dtype_traits<DType::i64> {
+  using type = int64_t;
+};
+template <>
+struct dtype_traits<DType::u16> {
+  using type = uint16_t;
+};
+template <DType D>
+using dtype_t = typename dtype_traits<D>::type;
 
 // Arithmetic type a float element computes in.
-template <class T> struct compute_type { using type = float; };
-template <> struct compute_type<double> { using type = double; };
-template <class T> using compute_t = typename compute_type<T>::type;
+template <class T>
+struct compute_type {
+  using type = float;
+};
+template <>
+struct compute_type<double> {
+  using type = double;
+};
+template <class T>
+using compute_t = typename compute_type<T>::type;
 
-template <class T> constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+template <class T>
+constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
 
 // Load an element as its compute type / store a compute value with the dtype's rounding.
 template <class T>

@@ -16,12 +16,12 @@ namespace lt::kern {
 inline constexpr int kIterMaxOps = 4;
 
 struct IterParams {
-  int ndim = 0;                                // 0..kMaxDims (0: a single element)
+  int ndim = 0;  // 0..kMaxDims (0: a single element)
   int nops = 0;
   int64_t numel = 0;
-  int64_t shape[kMaxDims] = {};                // innermost dim last
+  int64_t shape[kMaxDims] = {};                 // innermost dim last
   int64_t strides[kIterMaxOps][kMaxDims] = {};  // elements, per operand
-  void* data[kIterMaxOps] = {};                // element 0 of each operand
+  void* data[kIterMaxOps] = {};                 // element 0 of each operand
 };
 
 // Element offsets of linear index i (row-major over shape) for the first N operands.

@@ -43,8 +43,8 @@ struct Gate {
 
 struct Dims {
   int64_t B = 0, T = 0, H = 0;
-  int D = 64;      // head dim, K = V = D: 64 or 128 in the fused path (any D in naive)
-  int C = 64;      // chunk length: 16, 32 or 64 in the fused path
+  int D = 64;  // head dim, K = V = D: 64 or 128 in the fused path (any D in naive)
+  int C = 64;  // chunk length: 16, 32 or 64 in the fused path
   // constexpr so device code may call them (--expt-relaxed-constexpr)
   constexpr int64_t NT() const { return (T + C - 1) / C; }
   constexpr int64_t Tp() const { return NT() * C; }
@@ -55,36 +55,35 @@ struct Dims {
 // Dense row-major arrays in Real. Real = double (ground truth, fp64 accumulation) or float.
 template <class Real>
 struct NaiveInputs {
-  Dims dims;                       // C unused
-  const Real* q = nullptr;         // [B,T,H,D]
-  const Real* k = nullptr;         // [B,T,H,D]
-  const Real* v = nullptr;         // [B,T,H,D]
-  const Real* f = nullptr;         // [B,T,H,D]  raw gate pre-activation
-  const Real* b = nullptr;         // [B,T,H]    raw beta logit
-  const Real* A_log = nullptr;     // [H]
-  const Real* dt_bias = nullptr;   // [H,D]
-  const Real* h0 = nullptr;        // [B,H,D,D] or nullptr (zero state)
-  Real scale = 0;                  // 0: D^-1/2
+  Dims dims;                      // C unused
+  const Real* q = nullptr;        // [B,T,H,D]
+  const Real* k = nullptr;        // [B,T,H,D]
+  const Real* v = nullptr;        // [B,T,H,D]
+  const Real* f = nullptr;        // [B,T,H,D]  raw gate pre-activation
+  const Real* b = nullptr;        // [B,T,H]    raw beta logit
+  const Real* A_log = nullptr;    // [H]
+  const Real* dt_bias = nullptr;  // [H,D]
+  const Real* h0 = nullptr;       // [B,H,D,D] or nullptr (zero state)
+  Real scale = 0;                 // 0: D^-1/2
   Gate gate;
 };
 template <class Real>
-struct NaiveGrads {                // every pointer required except dh0 (may be nullptr)
-  Real* dq = nullptr;              // [B,T,H,D]
+struct NaiveGrads {    // every pointer required except dh0 (may be nullptr)
+  Real* dq = nullptr;  // [B,T,H,D]
   Real* dk = nullptr;
   Real* dv = nullptr;
   Real* df = nullptr;
-  Real* db = nullptr;              // [B,T,H]
-  Real* dA_log = nullptr;          // [H]
-  Real* ddt_bias = nullptr;        // [H,D]
-  Real* dh0 = nullptr;             // [B,H,D,D]
+  Real* db = nullptr;        // [B,T,H]
+  Real* dA_log = nullptr;    // [H]
+  Real* ddt_bias = nullptr;  // [H,D]
+  Real* dh0 = nullptr;       // [B,H,D,D]
 };
 // o: [B,T,H,D]; ht: [B,H,D,D] or nullptr.
 template <class Real>
 void naive_forward(const NaiveInputs<Real>& in, Real* o, Real* ht);
 // dO: [B,T,H,D]; dht: [B,H,D,D] or nullptr. Grads are written (=), not accumulated.
 template <class Real>
-void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht,
-                    const NaiveGrads<Real>& grads);
+void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht, const NaiveGrads<Real>& grads);
 
 // ---- fused path: one argument struct for every stage ----------------------------------
 // Element pointers are untyped: `dtype` (f32 or bf16) gives the type of q, k, v, f, b, o,
@@ -92,14 +91,14 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
 struct FusedArgs {
   Dims dims;
   DType dtype = DType::f32;
-  float scale = 0.0f;              // 0: D^-1/2
+  float scale = 0.0f;  // 0: D^-1/2
   Gate gate;
   // State-scan products (inter, inter adjoint) on tensor cores: mma.sync TF32 with the
   // 3xTF32 split for f32 inputs (fp32-level accuracy), one TF32 product for bf16 inputs.
   // false: the fp32 CUDA-core variant (kept, tested).
   bool tensor_cores = true;
   // inputs
-  const void* q = nullptr;         // [B,T,H,D]
+  const void* q = nullptr;  // [B,T,H,D]
   const void* k = nullptr;
   const void* v = nullptr;
   const void* f = nullptr;
@@ -108,20 +107,20 @@ struct FusedArgs {
   const float* dt_bias = nullptr;  // [H,D]
   const float* h0 = nullptr;       // [B,H,D,D] or nullptr
   // forward outputs
-  void* o = nullptr;               // [B,T,H,D]
-  float* ht = nullptr;             // [B,H,D,D] or nullptr
-  float* h = nullptr;              // [B,H,NT,D,D] saved trajectory (written by forward)
+  void* o = nullptr;    // [B,T,H,D]
+  float* ht = nullptr;  // [B,H,D,D] or nullptr
+  float* h = nullptr;   // [B,H,NT,D,D] saved trajectory (written by forward)
   // backward inputs / outputs
-  const void* dO = nullptr;        // [B,T,H,D]
-  const float* dht = nullptr;      // [B,H,D,D] or nullptr
-  void* dq = nullptr;              // [B,T,H,D]
+  const void* dO = nullptr;    // [B,T,H,D]
+  const float* dht = nullptr;  // [B,H,D,D] or nullptr
+  void* dq = nullptr;          // [B,T,H,D]
   void* dk = nullptr;
   void* dv = nullptr;
   void* df = nullptr;
-  void* db = nullptr;              // [B,T,H]
-  float* dA_log = nullptr;         // [H]
-  float* ddt_bias = nullptr;       // [H,D]
-  float* dh0 = nullptr;            // [B,H,D,D] or nullptr
+  void* db = nullptr;         // [B,T,H]
+  float* dA_log = nullptr;    // [H]
+  float* ddt_bias = nullptr;  // [H,D]
+  float* dh0 = nullptr;       // [B,H,D,D] or nullptr
 };
 
 // Scratch of the fused path, from the caller (the engine takes it from the caching
@@ -136,14 +135,14 @@ struct FusedArgs {
 // gamma as the forward left them (the engine keeps them in its saved state); Qp and Ob are
 // forward-only.
 struct ForwardWorkspace {
-  void* W = nullptr;        // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
-  float* U = nullptr;       // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
-  void* sQ = nullptr;       // [B, H, Tp, D] dtype  scale Q~                             (saved)
-  float* Kbar = nullptr;    // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
-  void* Aqk = nullptr;      // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
-  float* gamma = nullptr;   // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
-  void* Qp = nullptr;       // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
-  void* Ob = nullptr;       // [B, H, Tp, D] dtype  A_qk U                               (forward only)
+  void* W = nullptr;       // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
+  float* U = nullptr;      // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
+  void* sQ = nullptr;      // [B, H, Tp, D] dtype  scale Q~                             (saved)
+  float* Kbar = nullptr;   // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
+  void* Aqk = nullptr;     // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
+  float* gamma = nullptr;  // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
+  void* Qp = nullptr;      // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
+  void* Ob = nullptr;      // [B, H, Tp, D] dtype  A_qk U                               (forward only)
 };
 
 // Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardPart below).
@@ -165,14 +164,14 @@ struct BackwardWorkspace {
   const float* Kbar = nullptr;   // [B, H, Tp, D] fp32
   const float* gamma = nullptr;  // [B, H, NT, D] fp32
   // aqk_dO -> inter adjoint
-  void* AqkT_dO = nullptr;       // [B, H, Tp, D] dtype  A_qk^T dO
+  void* AqkT_dO = nullptr;  // [B, H, Tp, D] dtype  A_qk^T dO
   // inter adjoint -> intra adjoint; last column: the input buffer each may alias
-  void* Xw = nullptr;            // [B, H, Tp, D] dtype  X_w = dDelta S^T       W
-  float* Delta = nullptr;        // [B, H, Tp, D] fp32   Delta = U - W S        U
-  void* Xq = nullptr;            // [B, H, Tp, D] dtype  X_q = dO S^T           sQ
-  float* Xk = nullptr;           // [B, H, Tp, D] fp32   X_k = Delta S'^T       Kbar
-  void* dDelta = nullptr;        // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    AqkT_dO
-  float* dgamma_s = nullptr;     // [B, H, NT, D] fp32   e^gamma sum_v S * S'
+  void* Xw = nullptr;         // [B, H, Tp, D] dtype  X_w = dDelta S^T       W
+  float* Delta = nullptr;     // [B, H, Tp, D] fp32   Delta = U - W S        U
+  void* Xq = nullptr;         // [B, H, Tp, D] dtype  X_q = dO S^T           sQ
+  float* Xk = nullptr;        // [B, H, Tp, D] fp32   X_k = Delta S'^T       Kbar
+  void* dDelta = nullptr;     // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    AqkT_dO
+  float* dgamma_s = nullptr;  // [B, H, NT, D] fp32   e^gamma sum_v S * S'
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk over that chunk's rows of
   // Xq / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums

@@ -102,10 +102,10 @@ struct Cfg {
   // loads (BV = 8 is slower: docs/notes-kda.md, "Measurements behind the kernel constants").
   static constexpr int BV = 16;
   static constexpr int NV = D / BV;
-  static constexpr int LDA = D + 4;    // row stride of D-wide tiles read as mma A operands:
-                                       // 4 mod 32 makes the (g, t) fragment pattern conflict-free
-  static constexpr int LBV = BV + 8;   // 24 t + g, t < 4, g < 8: the (k = t, n = g) B-fragment
-                                       // pattern is conflict-free
+  static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:
+                                      // 4 mod 32 makes the (g, t) fragment pattern conflict-free
+  static constexpr int LBV = BV + 8;  // 24 t + g, t < 4, g < 8: the (k = t, n = g) B-fragment
+                                      // pattern is conflict-free
   static constexpr int NTHR_I = 128;
   // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
   // row blocks of RB rows, one 16x8 tile of the row-block products per warp. At D = 64 and
@@ -332,14 +332,15 @@ template <bool kSplit, class Blk, class FA1, class FA2, class FB>
 KDA_DEV void mma_acc2(Blk& blk, float (&acc1)[4], float (&acc2)[4], int K, FA1 a1_at, FA2 a2_at, FB b_at) {
   mma_tiles<kSplit, 2, 1>(
       blk, [&](int i, int) -> float(&)[4] { return i == 0 ? acc1 : acc2; }, K,
-      [&](int i, int r, int k) { return i == 0 ? a1_at(r, k) : a2_at(r, k); }, [&](int, int k, int c) { return b_at(k, c); });
+      [&](int i, int r, int k) { return i == 0 ? a1_at(r, k) : a2_at(r, k); },
+      [&](int, int k, int c) { return b_at(k, c); });
 }
 // NA x NB tiles stored contiguously: tile (i, u) at acc + 4 (i NB + u).
 template <bool kSplit, int NA, int NB, class Blk, class FA, class FB>
 KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
   mma_tiles<kSplit, NA, NB>(
-      blk, [&](int i, int u) -> float(&)[4] { return *reinterpret_cast<float(*)[4]>(acc + 4 * (i * NB + u)); }, K,
-      a_at, b_at);
+      blk, [&](int i, int u) -> float(&)[4] { return *reinterpret_cast<float(*)[4]>(acc + 4 * (i * NB + u)); }, K, a_at,
+      b_at);
 }
 
 // ---- block-level products -------------------------------------------------------------
@@ -366,10 +367,10 @@ struct AllTiles {
 struct FullK {
   KDA_DEV void operator()(int, int, int&, int&) const {}
 };
-template <bool kTC, bool kSplit, int NTHR, class Blk, class FA, class FB, class FI, class FO,
-          class FN = AllTiles, class FK = FullK>
-KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI init, FO finish,
-                           FN need = FN(), FK krange = FK()) {
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA, class FB, class FI, class FO, class FN = AllTiles,
+          class FK = FullK>
+KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI init, FO finish, FN need = FN(),
+                           FK krange = FK()) {
   if constexpr (kTC) {
     const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
     const int ntn = N / 8, ntiles = (M / 16) * ntn;
@@ -383,8 +384,8 @@ KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI i
         frag_rc(lane, e, r, c);
         acc[e] = init(m0 + r, n0 + c);
       }
-      mma_acc<kSplit>(blk, acc, K, [&](int r, int k) { return a_at(m0 + r, k); },
-                      [&](int k, int c) { return b_at(k, n0 + c); });
+      mma_acc<kSplit>(
+          blk, acc, K, [&](int r, int k) { return a_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
       if constexpr (std::is_invocable_v<FO&, int, int, float, float>) {  // (c, c + 1) pairs
         KDA_UNROLL
         for (int e = 0; e < 4; e += 2) {
@@ -414,18 +415,17 @@ KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI i
   }
 }
 // Two products with a shared B: finish(r, c, sum_k A1(r,k) B(k,c), sum_k A2(r,k) B(k,c)).
-template <bool kTC, bool kSplit, int NTHR, class Blk, class FA1, class FA2, class FB, class FO,
-          class FK = FullK>
-KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at, FB b_at, FO finish,
-                            FK krange = FK()) {
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA1, class FA2, class FB, class FO, class FK = FullK>
+KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at, FB b_at, FO finish, FK krange = FK()) {
   if constexpr (kTC) {
     const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
     const int ntn = N / 8, ntiles = (M / 16) * ntn;
     for (int ti = warp; ti < ntiles; ti += NTHR / 32) {
       const int m0 = (ti / ntn) * 16, n0 = (ti % ntn) * 8;
       float acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_acc2<kSplit>(blk, acc1, acc2, K, [&](int r, int k) { return a1_at(m0 + r, k); },
-                       [&](int r, int k) { return a2_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
+      mma_acc2<kSplit>(
+          blk, acc1, acc2, K, [&](int r, int k) { return a1_at(m0 + r, k); },
+          [&](int r, int k) { return a2_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
       KDA_UNROLL
       for (int e = 0; e < 4; ++e) {
         int r, c;
@@ -454,13 +454,13 @@ KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at,
 // software sequence on the GPU), too costly to evaluate per element.
 struct ChunkPos {
   int64_t b, h, bh, n, t0;
-  int L;              // valid rows
-  int64_t NT;         // chunks per sequence
-  int64_t in_base;    // element (0, 0) of the chunk in a [B,T,H,D] input
-  int64_t in_rstride; // H * D: one token row of a [B,T,H,D] input
-  int64_t row_base;   // row 0 of the chunk in a [B,T,H] input
-  int64_t ws_row;     // row 0 of the chunk in a [B,H,Tp,*] workspace tile
-  int64_t ws_base;    // element (0, 0) of the chunk in a [B,H,Tp,D] workspace tile
+  int L;               // valid rows
+  int64_t NT;          // chunks per sequence
+  int64_t in_base;     // element (0, 0) of the chunk in a [B,T,H,D] input
+  int64_t in_rstride;  // H * D: one token row of a [B,T,H,D] input
+  int64_t row_base;    // row 0 of the chunk in a [B,T,H] input
+  int64_t ws_row;      // row 0 of the chunk in a [B,H,Tp,*] workspace tile
+  int64_t ws_base;     // element (0, 0) of the chunk in a [B,H,Tp,D] workspace tile
   int D;
   KDA_DEV ChunkPos(const Dims& dm, int64_t bh_, int64_t n_)
       : b(bh_ / dm.H), h(bh_ % dm.H), bh(bh_), n(n_), t0(n_ * dm.C) {
@@ -496,10 +496,10 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
 // behind the kernel constants").
 template <class G>
 struct ColLanes {
-  static constexpr int kLanes = 8;                  // lanes per column
-  static constexpr int kRows = G::C / kLanes;       // consecutive rows per lane
-  static constexpr int kCols = 32 / kLanes;         // columns per warp pass
-  static constexpr int kPasses = G::KS / kCols;     // warp passes per slice
+  static constexpr int kLanes = 8;               // lanes per column
+  static constexpr int kRows = G::C / kLanes;    // consecutive rows per lane
+  static constexpr int kCols = 32 / kLanes;      // columns per warp pass
+  static constexpr int kPasses = G::KS / kCols;  // warp passes per slice
   static_assert(G::C % kLanes == 0 && G::KS % kCols == 0);
 };
 // Recursive doubling over the kLanes lanes of a segment (seg = lane % kLanes): returns the
@@ -583,8 +583,8 @@ struct L2Prefetch {
 // rstd of q and k rows (0 for rows >= L) and beta (0 for rows >= L).
 // part: C * (D/32) floats of scratch.
 template <class G, class T, class Blk>
-KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, float* rq,
-                             float* rk, float* be, float* part) {
+KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, float* rq, float* rk, float* be,
+                             float* part) {
   const T* q = static_cast<const T*>(a.q);
   const T* k = static_cast<const T*>(a.k);
   const T* bl = static_cast<const T*>(a.b);
@@ -626,9 +626,8 @@ KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, f
 // in gs. Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L).
 // Ends with a sync.
 template <class G, class T, class Blk>
-KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int k0,
-                                const float* rq, const float* rk, float* sq, float* sk,
-                                float* gs, float* gx, float* ga) {
+KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int k0, const float* rq,
+                                const float* rk, float* sq, float* sk, float* gs, float* gx, float* ga) {
   const T* q = static_cast<const T*>(a.q);
   const T* k = static_cast<const T*>(a.k);
   const T* f = static_cast<const T*>(a.f);
@@ -669,8 +668,8 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
 // Loads columns [k0, k0+KS) of a [B,T,H,D] input into a slice, times rowscale[r] if given;
 // 0 on rows >= L. No sync.
 template <class G, class T, class Blk>
-KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
-                           const float* rowscale, float* dst) {
+KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0, const float* rowscale,
+                           float* dst) {
   KDA_UNROLL
   for (int m = 0; m < G::C * G::KS / (2 * G::NTHR); ++m) {  // columns c, c + 1 per thread
     const int e = blk.tid() + m * G::NTHR;
@@ -688,8 +687,7 @@ KDA_DEV void load_in_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T
 }
 // Loads columns [k0, k0+KS) of the chunk's rows of a workspace tile. No sync.
 template <class G, class T, class Blk>
-KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0,
-                           float* dst) {
+KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T* src, int k0, float* dst) {
   KDA_UNROLL
   for (int m = 0; m < G::C * G::KS / (2 * G::NTHR); ++m) {  // columns c, c + 1 per thread
     const int e = blk.tid() + m * G::NTHR;
@@ -711,8 +709,7 @@ KDA_DEV void row_to_block_start(Blk& blk, const float* gs, const float* x, float
 // For target sub-block i (first row ni): fc[s] = e^{Gamma_ni - Gamma_s} and
 // y[s] = k_s fc[s] for s < ni. fc may be null. No sync.
 template <class G, class Blk>
-KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* kx, float* y,
-                                float* fc) {
+KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* kx, float* y, float* fc) {
   for (int e = blk.tid(); e < ni * G::KS; e += G::NTHR) {
     const int s = e / G::KS, c = e % G::KS;
     const float fac = exp2_fast(gs[ni * G::LS + c] - gs[s * G::LS + c]);
@@ -727,8 +724,8 @@ KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* 
 // Diagonal sub-blocks elementwise (CUDA cores); off-diagonal ones as products of the
 // factored operands (tensor cores when kTC). Ends with a sync.
 template <class G, bool kTC, bool kSplit, bool kWithQ, class Blk>
-KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs,
-                               const float* xq, const float* xk, float* y, float* Pq, float* Pk) {
+KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs, const float* xq,
+                               const float* xk, float* y, float* Pq, float* Pk) {
   constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
   // Diagonal sub-blocks: only the kPairs pairs s <= r of each are enumerated, and each pair's
   // KS columns are split over kSplitC adjacent lanes (combined by shuffles), so that the
@@ -777,7 +774,8 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
     if (kWithQ) {
       block_product2<kTC, kSplit, G::NTHR>(
           blk, kSub, ni, KS, [&](int r, int k) { return xq[(ni + r) * LS + k]; },
-          [&](int r, int k) { return xk[(ni + r) * LS + k]; }, b_y, [&](int r, int s, float vq, float vk) {
+          [&](int r, int k) { return xk[(ni + r) * LS + k]; }, b_y,
+          [&](int r, int s, float vq, float vk) {
             Pq[(ni + r) * LC + s] += vq;
             Pk[(ni + r) * LC + s] += vk;
           });
@@ -863,8 +861,8 @@ struct KFromRow {  // sum over k >= r
 // intra (forward)
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh,
-                           int64_t n, float* smem) {
+KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
+                           float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
@@ -872,15 +870,15 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
   const float scale = resolved_scale(a);
   // shared memory (floats): Pq, Pk, Tm [C][LC]; Z [16][LC]; rq, rk, be [C]; part [8C];
   // six slices [C][LS]
-  float* Pq = smem;              // P(q^,k^) -> A_qk = scale P (s <= r)
-  float* Pk = Pq + G::CC;        // P(k^,k^) -> A = diag(beta) P (s < r)
-  float* Tm = Pk + G::CC;        // (I + A)^{-1}
-  float* Z = Tm + G::CC;         // solve scratch
+  float* Pq = smem;        // P(q^,k^) -> A_qk = scale P (s <= r)
+  float* Pk = Pq + G::CC;  // P(k^,k^) -> A = diag(beta) P (s < r)
+  float* Tm = Pk + G::CC;  // (I + A)^{-1}
+  float* Z = Tm + G::CC;   // solve scratch
   float* rq = Z + kSub * LC;
   float* rk = rq + C;
   float* be = rk + C;
-  float* part = be + C;          // 8C (row-stats scratch: 2 * C * D/32)
-  float* s0 = part + 8 * C;      // slices
+  float* part = be + C;      // 8C (row-stats scratch: 2 * C * D/32)
+  float* s0 = part + 8 * C;  // slices
   float* s1 = s0 + G::SLICE;
   float* s2 = s1 + G::SLICE;
   float* s3 = s2 + G::SLICE;
@@ -935,8 +933,8 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
         const int at = r * LS + c + u;
         const float g = gs[at];
         const float eg = exp2_fast(g);
-        s2[at] = be[r] * s1[at] * eg;     // beta K~
-        s3[at] = scale * s0[at] * eg;     // scale Q~
+        s2[at] = be[r] * s1[at] * eg;                              // beta K~
+        s3[at] = scale * s0[at] * eg;                              // scale Q~
         kb[u] = s1[at] * exp2_fast(gs[(C - 1) * LS + c + u] - g);  // Kbar
       }
       st2(ws.Kbar, cp.ws(dm, r, k0 + c), kb[0], kb[1]);
@@ -946,14 +944,12 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     blk.sync();
     // W = Tm (beta K~)
     block_product<kTC, kSplit, NTHR>(
-        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
-        zero,
+        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; }, zero,
         KeepAndStore<G, T>{s5, static_cast<T*>(ws.W), &cp, k0}, AllTiles(), KUpToRow());
     blk.sync();
     // Qp = scale Q~ - A_qk W
     block_product<kTC, kSplit, NTHR>(
-        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; },
-        zero,
+        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s5[s * LS + c]; }, zero,
         Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.Qp), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v); },
                  [&](int r, int c, float v0, float v1) {
                    st2(static_cast<T*>(ws.Qp), cp.ws(dm, r, k0 + c), s3[r * LS + c] - v0, s3[r * LS + c + 1] - v1);
@@ -967,14 +963,12 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.v), v0, be, s0);  // beta V
     blk.sync();
     block_product<kTC, kSplit, NTHR>(
-        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; },
-        zero,
+        blk, C, KS, C, [&](int r, int s) { return Tm[r * LC + s]; }, [&](int s, int c) { return s0[s * LS + c]; }, zero,
         KeepAndStore<G, float>{s2, ws.U, &cp, v0}, AllTiles(), KUpToRow());
     blk.sync();
     // Ob = A_qk U
     block_product<kTC, kSplit, NTHR>(
-        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; },
-        zero,
+        blk, C, KS, C, [&](int r, int s) { return Pq[r * LC + s]; }, [&](int s, int c) { return s2[s * LS + c]; }, zero,
         Overload{[&](int r, int c, float v) { st(static_cast<T*>(ws.Ob), cp.ws(dm, r, v0 + c), v); },
                  [&](int r, int c, float x0, float x1) { st2(static_cast<T*>(ws.Ob), cp.ws(dm, r, v0 + c), x0, x1); }},
         AllTiles(), KUpToRow());
@@ -993,8 +987,8 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
-  float* Aq = smem;          // [C][LC] A_qk
-  float* dOs = Aq + G::CC;   // [C][LS] dO slice (0 on rows >= L)
+  float* Aq = smem;         // [C][LC] A_qk
+  float* dOs = Aq + G::CC;  // [C][LS] dO slice (0 on rows >= L)
   if (bh == 0 && n == 0)
     for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
   const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
@@ -1021,22 +1015,21 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
 // kTC: the three products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh,
-                           int vt, float* smem) {
+KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int vt, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const int v0 = vt * BV;
   T* o = static_cast<T*>(a.o);
-  float* Ws = smem;                   // [C][LDA] W
-  float* Qs = Ws + C * LDA;           // [C][LDA] Qp
-  float* Ks = Qs + C * LDA;           // [C][LDA] Kbar
-  float* Us = Ks + C * LDA;           // [C][LBV] U
-  float* Os = Us + C * LBV;           // [C][LBV] Ob
-  float* Ds = Os + C * LBV;           // [C][LBV] Delta
-  float* S = Ds + C * LBV;            // [D][LBV] state tile
-  float* eg = S + D * LBV;            // [D] e^gamma
+  float* Ws = smem;          // [C][LDA] W
+  float* Qs = Ws + C * LDA;  // [C][LDA] Qp
+  float* Ks = Qs + C * LDA;  // [C][LDA] Kbar
+  float* Us = Ks + C * LDA;  // [C][LBV] U
+  float* Os = Us + C * LBV;  // [C][LBV] Ob
+  float* Ds = Os + C * LBV;  // [C][LBV] Delta
+  float* S = Ds + C * LBV;   // [D][LBV] state tile
+  float* eg = S + D * LBV;   // [D] e^gamma
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
 
@@ -1094,7 +1087,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     }
     if (tid < D) eg[tid] = expf(pE);
     if (kPrefetch && n + 1 < NT) fetch(n + 1);
-    blk.sync();  // S of the previous step complete, tiles stored
+    blk.sync();                                    // S of the previous step complete, tiles stored
     for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
       const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
       copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);
@@ -1112,8 +1105,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
         }
         mma_acc2<kSplit>(
             blk, ws_, oo, D, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
-            [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; },
-            [&](int k, int c) { return S[k * LBV + n0 + c]; });
+            [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; }, [&](int k, int c) { return S[k * LBV + n0 + c]; });
         for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 of row r
           int r, c;
           frag_rc(lane, e, r, c);
@@ -1195,8 +1187,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
 // kTC: products on tensor cores; else fp32 CUDA cores.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh,
-                                   float* smem) {
+KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
   constexpr bool kSplit = std::is_same_v<T, float>;
@@ -1219,21 +1210,20 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
-  float* S = smem;                    // [D][LD]  h[n]
-  float* Sp = S + D * LD;             // [D][LD]  S' = dL/dS after chunk n
-  float* Wr = Sp + D * LD;            // [RB][LD] W rows
-  float* Qr = Wr + RB * LD;           // [RB][LD] scale Q~ rows
-  float* Kr = Qr + RB * LD;           // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;           // [RB][LD] U -> Delta
-  float* Or = Ur + RB * LD;           // [RB][LD] dO
-  float* Dr = Or + RB * LD;           // [RB][LD] A_qk^T dO -> dDelta
-  float* eg = Dr + RB * LD;           // [D]
+  float* S = smem;           // [D][LD]  h[n]
+  float* Sp = S + D * LD;    // [D][LD]  S' = dL/dS after chunk n
+  float* Wr = Sp + D * LD;   // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;  // [RB][LD] U -> Delta
+  float* Or = Ur + RB * LD;  // [RB][LD] dO
+  float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta
+  float* eg = Dr + RB * LD;  // [D]
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
 
-  for (int e = tid; e < D * D; e += NT_)
-    Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
+  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
   constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
   float acc[kAccN];
   KDA_UNROLL
@@ -1252,8 +1242,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
   auto fetch_rows = [&](int64_t n, int rb) {
-    const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
-    const int64_t t0 = n * C + rb * RB;               // token row
+    const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
+    const int64_t t0 = n * C + rb * RB;              // token row
     KDA_UNROLL
     for (int m = 0; m < MR / 2; ++m) {  // two adjacent columns a thread
       const int e = 2 * (tid + m * NT_);
@@ -1278,7 +1268,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     }
     if (tid < D) eg[tid] = expf(pE);
     for (int rb = 0; rb < C / RB; ++rb) {
-      const int64_t row0 = bh * Tp + n * C + rb * RB;   // workspace row
+      const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
       KDA_UNROLL
       for (int m = 0; m < MR / 2; ++m) {
         const int e = 2 * (tid + m * NT_);
@@ -1301,10 +1291,12 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       if constexpr (kTC) {
         const int m0 = (warp / TN) * 16, n0 = (warp % TN) * 8;  // this warp's 16x8 tile
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc<kSplit>(blk, p, D, [&](int r, int k) { return Wr[(m0 + r) * LD + k]; },
-                           [&](int k, int c) { return S[k * LD + n0 + c]; });
-        mma_acc<kSplit>(blk, q, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
-                           [&](int k, int c) { return Sp[k * LD + n0 + c]; });
+        mma_acc<kSplit>(
+            blk, p, D, [&](int r, int k) { return Wr[(m0 + r) * LD + k]; },
+            [&](int k, int c) { return S[k * LD + n0 + c]; });
+        mma_acc<kSplit>(
+            blk, q, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
+            [&](int k, int c) { return Sp[k * LD + n0 + c]; });
         for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
           int r, c;
           frag_rc(lane, e, r, c);
@@ -1409,7 +1401,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     if constexpr (kTC) {
       KDA_UNROLL
       for (int u = 0; u < NACC_T; ++u) {
-        if (kRoles && warp < NXW) break;  // X warps hold no S' tiles (warp-uniform)
+        if (kRoles && warp < NXW) break;                          // X warps hold no S' tiles (warp-uniform)
         const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
         const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
         for (int e = 0; e < 4; ++e) {
@@ -1439,8 +1431,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 // intra adjoint (backward, chunk-parallel)
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
-KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh,
-                                   int64_t n, float* smem) {
+KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
+                                   float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
@@ -1448,19 +1440,19 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
   // shared memory (floats)
-  float* Pk = smem;              // P(k^,k^) raw (s < r)
-  float* Tm = Pk + G::CC;        // (I + A)^{-1}
-  float* dT = Tm + G::CC;        // dTm -> dA -> dP_kk = beta_r dA
-  float* dQ = dT + G::CC;        // solve scratch (A), then dA_qk -> dP_qk = scale dA_qk
-  float* Zc = dQ + G::CC;        // scratch
-  float* rq = Zc + G::CC;        // [C]
+  float* Pk = smem;        // P(k^,k^) raw (s < r)
+  float* Tm = Pk + G::CC;  // (I + A)^{-1}
+  float* dT = Tm + G::CC;  // dTm -> dA -> dP_kk = beta_r dA
+  float* dQ = dT + G::CC;  // solve scratch (A), then dA_qk -> dP_qk = scale dA_qk
+  float* Zc = dQ + G::CC;  // scratch
+  float* rq = Zc + G::CC;  // [C]
   float* rk = rq + C;
   float* be = rk + C;
   float* dbe = be + C;
   float* dotq = dbe + C;
   float* dotk = dotq + C;
-  float* part = dotk + C;        // 8C (row-stats scratch: 2 * C * D/32)
-  float* sl = part + 8 * C;      // 13 slices
+  float* part = dotk + C;    // 8C (row-stats scratch: 2 * C * D/32)
+  float* sl = part + 8 * C;  // 13 slices
   float* sq = sl;
   float* sk = sq + G::SLICE;
   float* gs = sk + G::SLICE;
@@ -1473,9 +1465,9 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   float* yv = xk + G::SLICE;
   float* DQ = yv + G::SLICE;
   float* DK = DQ + G::SLICE;
-  float* ddt = DK + G::SLICE;    // [D] ddt_bias partial of this chunk
-  float* dgam = ddt + G::D;      // [KS]
-  float* red = dgam + KS;        // [NTHR/32 + 4]
+  float* ddt = DK + G::SLICE;  // [D] ddt_bias partial of this chunk
+  float* dgam = ddt + G::D;    // [KS]
+  float* red = dgam + KS;      // [NTHR/32 + 4]
   // The chunk's pre-norm dq^ / dk^ (phase g), staged over its rows of X_q / X_k, which are
   // read by then; the L2-norm backward (P6) reads them back.
   T* const dq_hat = static_cast<T*>(ws.Xq);
@@ -1545,10 +1537,10 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     T* dv = static_cast<T*>(a.dv);
     for (int vs = 0; vs < G::NKS; ++vs) {
       const int v0 = vs * KS;
-      load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);   // dO
+      load_in_slice<G>(blk, dm, cp, dO, v0, nullptr, sq);                          // dO
       load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.Delta), v0, sk);  // Delta
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.dDelta), v0, X);   // dDelta
-      load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);     // V
+      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.dDelta), v0, X);      // dDelta
+      load_in_slice<G>(blk, dm, cp, v, v0, nullptr, yv);                           // V
       blk.sync();
       for (int e = tid; e < C * KS; e += NTHR) {
         const int r = e / KS, c = e % KS;
@@ -1602,7 +1594,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   blk.sync();
   for (int e = tid; e < C * C; e += NTHR) {
     const int r = e / C, s = e % C;
-    dT[r * LC + s] = s < r ? be[r] * dT[r * LC + s] : 0.0f;  // dP_kk
+    dT[r * LC + s] = s < r ? be[r] * dT[r * LC + s] : 0.0f;   // dP_kk
     dQ[r * LC + s] = s <= r ? scale * dQ[r * LC + s] : 0.0f;  // dP_qk
   }
   blk.sync();
@@ -1676,7 +1668,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         for (int s = n0; s <= x; ++s) {  // row terms, s <= x
           const float ks_ = sk[s * LS + c] * exp2_fast(gx_ - gs[s * LS + c]);
           rqs += dQ[x * LC + s] * ks_;
-          rks += dT[x * LC + s] * ks_;   // dT[x][x] = 0
+          rks += dT[x * LC + s] * ks_;  // dT[x][x] = 0
         }
         for (int r = x; r < n0 + kSub; ++r) {  // column terms, r >= x
           const float ee = exp2_fast(gs[r * LS + c] - gx_);
@@ -1801,8 +1793,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       const int64_t rows = dm.B * dm.NT();
       for (int d = tid; d <= G::D; d += NTHR) {
         double s = 0.0;  // fixed order over (b, n): deterministic; double: B*NT terms, free
-        for (int64_t pr = 0; pr < rows; ++pr)
-          s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (G::D + 1) + d);
+        for (int64_t pr = 0; pr < rows; ++pr) s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (G::D + 1) + d);
         if (d < G::D) a.ddt_bias[cp.h * G::D + d] = static_cast<float>(s);
         else a.dA_log[cp.h] = static_cast<float>(s);
       }

@@ -26,7 +26,7 @@ Atlas& atlas() {
 
 struct ThreadStage {
   std::string path;
-  std::atomic<int64_t>* counter = nullptr;   // counter of `path`, cached until the path changes
+  std::atomic<int64_t>* counter = nullptr;  // counter of `path`, cached until the path changes
 };
 thread_local ThreadStage t_stage;
 

@@ -17,8 +17,8 @@
 namespace lt {
 
 struct StageLaunches {
-  std::string stage;      // full stage path, e.g. "bwd/L1/kda/inter_adjoint"
-  int64_t launches = 0;   // kernel launches counted since the last reset
+  std::string stage;     // full stage path, e.g. "bwd/L1/kda/inter_adjoint"
+  int64_t launches = 0;  // kernel launches counted since the last reset
 };
 
 // Current full stage path of this thread ("" outside any scope).
@@ -31,6 +31,7 @@ class StageScope {
   ~StageScope();
   StageScope(const StageScope&) = delete;
   StageScope& operator=(const StageScope&) = delete;
+
  private:
   size_t previous_length_;
 };
@@ -56,10 +57,10 @@ void set_stage_listener(StageListener listener);
 #include "kernels/cuda/cuda_check.h"
 // Launch `kernel<<<grid, block, smem, stream>>>(args...)`, check the launch error (with the
 // kernel's name in the message) and count it against the current stage.
-#define LT_LAUNCH(kernel, grid, block, smem, stream, ...)                              \
-  do {                                                                                \
-    (kernel)<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);                     \
-    ::lt::cuda_check_launch(#kernel, __FILE__, __LINE__);                             \
-    ::lt::count_launch();                                                             \
+#define LT_LAUNCH(kernel, grid, block, smem, stream, ...)         \
+  do {                                                            \
+    (kernel)<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__); \
+    ::lt::cuda_check_launch(#kernel, __FILE__, __LINE__);         \
+    ::lt::count_launch();                                         \
   } while (0)
 #endif

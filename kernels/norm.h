@@ -28,28 +28,28 @@ namespace lt::kern {
 enum class NormPass : uint8_t { forward, backward };
 
 struct NormParams {
-  int64_t rows = 0;    // N
-  int64_t len = 0;     // L, elements per row (rows are contiguous: row stride L)
-  int64_t period = 1;  // P: row r uses weight row r % P of w, b [P, L]; N % P == 0
-  bool center = false; // subtract the mean (LayerNorm, GroupNorm)
-  bool bias = false;   // b (and db) present
-  bool gate = false;   // sigmoid gate g (and dg) present
+  int64_t rows = 0;     // N
+  int64_t len = 0;      // L, elements per row (rows are contiguous: row stride L)
+  int64_t period = 1;   // P: row r uses weight row r % P of w, b [P, L]; N % P == 0
+  bool center = false;  // subtract the mean (LayerNorm, GroupNorm)
+  bool bias = false;    // b (and db) present
+  bool gate = false;    // sigmoid gate g (and dg) present
   double eps = 1e-6;
   // forward
-  const void* x = nullptr;     // [N, L]
-  const void* g = nullptr;     // [N, L] (gate)
-  const void* w = nullptr;     // [P, L]
-  const void* b = nullptr;     // [P, L] (bias; the backward reads it only with a gate)
-  void* y = nullptr;           // [N, L]
-  void* mean = nullptr;        // [N] (center; written by forward, read by backward)
-  void* rstd = nullptr;        // [N]
+  const void* x = nullptr;  // [N, L]
+  const void* g = nullptr;  // [N, L] (gate)
+  const void* w = nullptr;  // [P, L]
+  const void* b = nullptr;  // [P, L] (bias; the backward reads it only with a gate)
+  void* y = nullptr;        // [N, L]
+  void* mean = nullptr;     // [N] (center; written by forward, read by backward)
+  void* rstd = nullptr;     // [N]
   // backward (x, g, w, b, mean, rstd as above)
-  const void* dy = nullptr;    // [N, L]
-  void* dx = nullptr;          // [N, L], written
-  void* dg = nullptr;          // [N, L], written (gate)
-  void* dw = nullptr;          // [P, L], accumulated
-  void* db = nullptr;          // [P, L], accumulated (bias)
-  void* scratch = nullptr;     // [norm_weight_slots(N, P) * (bias ? 2 : 1) * L] compute type
+  const void* dy = nullptr;  // [N, L]
+  void* dx = nullptr;        // [N, L], written
+  void* dg = nullptr;        // [N, L], written (gate)
+  void* dw = nullptr;        // [P, L], accumulated
+  void* db = nullptr;        // [P, L], accumulated (bias)
+  void* scratch = nullptr;   // [norm_weight_slots(N, P) * (bias ? 2 : 1) * L] compute type
 };
 
 // Rows per weight-gradient slot at least this many; at most kNormMaxSlots slots over all heads
@@ -66,9 +66,7 @@ LT_HD int64_t norm_slices_per_head(int64_t rows, int64_t period) {
   return s < 1 ? 1 : s;
 }
 // Number of slots G = S * P (the scratch holds G * acc * L values).
-LT_HD int64_t norm_weight_slots(int64_t rows, int64_t period) {
-  return norm_slices_per_head(rows, period) * period;
-}
+LT_HD int64_t norm_weight_slots(int64_t rows, int64_t period) { return norm_slices_per_head(rows, period) * period; }
 // Slice s of S over n items: [begin, end).
 LT_HD int64_t norm_slice_begin(int64_t n, int64_t slices, int64_t s) {
   const int64_t chunk = (n + slices - 1) / slices;

@@ -13,25 +13,25 @@
   X(div, DivOp)
 
 // f(x): the public unary ops (lt::ops::name(x), lt::ops::UnaryOp::name).
-#define LT_UNARY_OPS(X)  \
-  X(neg, NegOp)          \
-  X(exp, ExpOp)          \
-  X(log, LogOp)          \
-  X(sigmoid, SigmoidOp)  \
+#define LT_UNARY_OPS(X)   \
+  X(neg, NegOp)           \
+  X(exp, ExpOp)           \
+  X(log, LogOp)           \
+  X(sigmoid, SigmoidOp)   \
   X(softplus, SoftplusOp) \
-  X(silu, SiluOp)        \
-  X(sqrt, SqrtOp)        \
-  X(rsqrt, RsqrtOp)      \
-  X(square, SquareOp)    \
-  X(abs, AbsOp)          \
-  X(relu, ReluOp)        \
+  X(silu, SiluOp)         \
+  X(sqrt, SqrtOp)         \
+  X(rsqrt, RsqrtOp)       \
+  X(square, SquareOp)     \
+  X(abs, AbsOp)           \
+  X(relu, ReluOp)         \
   X(tanh, TanhOp)
 
 // f(x; alpha, beta): unary ops with scalar arguments (their public forms in engine/ops.h
 // take the scalars by name: add_scalar(x, s), clamp(x, lo, hi), ...).
-#define LT_SCALAR_UNARY_OPS(X)   \
-  X(add_scalar, AddScalarOp)     \
-  X(mul_scalar, MulScalarOp)     \
-  X(rsub_scalar, RsubScalarOp)   \
-  X(pow_scalar, PowScalarOp)     \
+#define LT_SCALAR_UNARY_OPS(X) \
+  X(add_scalar, AddScalarOp)   \
+  X(mul_scalar, MulScalarOp)   \
+  X(rsub_scalar, RsubScalarOp) \
+  X(pow_scalar, PowScalarOp)   \
   X(clamp, ClampOp)

@@ -24,8 +24,12 @@
 
 namespace lt::philox {
 
-struct Key { uint32_t k0, k1; };
-struct Block { uint32_t r[4]; };
+struct Key {
+  uint32_t k0, k1;
+};
+struct Block {
+  uint32_t r[4];
+};
 
 inline constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
 inline constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
@@ -134,7 +138,7 @@ LT_HD double sin_series(double x) {
 LT_HD double portable_cos_2pi(double t) {
   if (t >= 0.5) t = 1.0 - t;  // [0, 0.5]
   double sign = 1.0;
-  if (t > 0.25) {             // cos(2 pi t) = -cos(2 pi (0.5 - t))
+  if (t > 0.25) {  // cos(2 pi t) = -cos(2 pi (0.5 - t))
     t = 0.5 - t;
     sign = -1.0;
   }

@@ -77,8 +77,8 @@ struct Dims {
   int64_t B = 1, T = 1, H = 1, D = 64;
   int64_t chunk = 64;  // C: 16, 32 or 64
   int64_t num_chunks() const { return (T + chunk - 1) / chunk; }
-  int64_t tokens_numel() const { return B * T * H * D; }           // [B,T,H,D]
-  int64_t state_numel() const { return B * H * D * D; }             // [B,H,D,D]
+  int64_t tokens_numel() const { return B * T * H * D; }                 // [B,T,H,D]
+  int64_t state_numel() const { return B * H * D * D; }                  // [B,H,D,D]
   int64_t states_numel() const { return B * H * num_chunks() * D * D; }  // [B,H,NT,D,D]
   int64_t du_part_numel() const { return B * num_chunks() * H * D; }     // [B,NT,H,D]
 };
@@ -86,13 +86,12 @@ struct Dims {
 // ---------------------------------------------------------------------------------------
 // 1. Naive recurrence (CPU), F = float or double. h0/ht/dht/dh0 may be nullptr.
 template <class F>
-void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                   const F* u, const F* h0, F* o, F* ht);
+void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                   F* o, F* ht);
 // Backward by the reverse recurrence (stores every state of one (b, h) at a time).
 template <class F>
-void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                    const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv,
-                    F* dw, F* du, F* dh0);
+void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                    const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0);
 
 // ---------------------------------------------------------------------------------------
 // 2. CPU twins of the fused CUDA stages (same factorisation, same stage boundaries).
@@ -111,36 +110,36 @@ enum class BwdImpl : int {
   fused = 0,     // scans | fused chunk kernel (part all) | du reduce                (3 launches)
   fallback = 1,  // scans | intra (fp32 dq'/dk' out) | inter (reads them) | du reduce (4)
 };
-const char* bwd_impl_name(BwdImpl impl);           // "fused" | "fallback"
-BwdImpl parse_bwd_impl(const std::string& name);   // throws std::invalid_argument naming it
+const char* bwd_impl_name(BwdImpl impl);          // "fused" | "fallback"
+BwdImpl parse_bwd_impl(const std::string& name);  // throws std::invalid_argument naming it
 
 template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
                       Variant var = Variant::simt);
 template <class F>
-void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO,
-                       const F* dht, F* dh, F* dh0, Variant var = Variant::simt);
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO, const F* dht, F* dh, F* dh0,
+                       Variant var = Variant::simt);
 template <class F>
-void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, F* o, Variant var = Variant::simt);
+void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h, F* o,
+                  Variant var = Variant::simt);
 // all: writes dr, dk, dv, dw, du_part.  intra: writes only the intra-chunk parts of dq', dk'
 // to dq_tmp, dk_tmp (tensor-core variant: and dw's intra part to dw).  inter: reads dq_tmp,
 // dk_tmp, writes dr, dk, dv, dw, du_part.
 template <class F>
-void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v,
-               const F* w, const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp,
-               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var = Variant::simt);
+void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+               const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part,
+               Variant var = Variant::simt);
 template <class F>
 void du_reduce(const Dims& d, const F* du_part, F* du);
 
 // Convenience: the whole chunked forward / backward through the twins (scratch inside).
 template <class F>
-void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                       const F* u, const F* h0, F* o, F* ht, Variant var = Variant::simt);
+void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                       F* o, F* ht, Variant var = Variant::simt);
 template <class F>
-void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v,
-                        const F* w, const F* u, const F* h0, const F* dO, const F* dht,
-                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var = Variant::simt);
+void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v, const F* w,
+                        const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0,
+                        Variant var = Variant::simt);
 
 // ---------------------------------------------------------------------------------------
 // 3. CUDA (kernels/cuda/rwkv6.cu). Raw device pointers; every buffer below comes from the
@@ -149,7 +148,7 @@ void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const 
 //    for r, k, v, w, o, dO and the token gradients; u, du, states fp32.
 struct FusedArgs {
   Dims dims;
-  DType dtype = DType::f32;   // of r, k, v, w, o, dO, dr, dk, dv, dw
+  DType dtype = DType::f32;  // of r, k, v, w, o, dO, dr, dk, dv, dw
   float scale = 1.0f;
   // forward inputs / outputs
   const void* r = nullptr;    // [B,T,H,D]
@@ -170,11 +169,11 @@ struct FusedArgs {
   float* du = nullptr;         // [H,D]
   float* dh0 = nullptr;        // [B,H,D,D] or nullptr
   // scratch (fp32)
-  float* h = nullptr;          // [B,H,NT,D,D] inbound state of every chunk
-  float* dh = nullptr;         // [B,H,NT,D,D] gradient of every chunk's outbound state (bwd)
-  float* du_part = nullptr;    // [B,NT,H,D] (bwd)
-  float* dq_tmp = nullptr;     // [B,T,H,D] fallback only: intra dq'
-  float* dk_tmp = nullptr;     // [B,T,H,D] fallback only: intra dk'
+  float* h = nullptr;        // [B,H,NT,D,D] inbound state of every chunk
+  float* dh = nullptr;       // [B,H,NT,D,D] gradient of every chunk's outbound state (bwd)
+  float* du_part = nullptr;  // [B,NT,H,D] (bwd)
+  float* dq_tmp = nullptr;   // [B,T,H,D] fallback only: intra dq'
+  float* dk_tmp = nullptr;   // [B,T,H,D] fallback only: intra dk'
 };
 
 // Which kernels run: the tensor-core kernels (Variant::tensor_core) for bf16 at chunk 32 or

@@ -147,23 +147,23 @@ using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
-#define LT_KERNEL_FAMILIES(X) \
-  X(binary, BinaryKernel)     \
-  X(unary, UnaryKernel)       \
-  X(where, WhereKernel)       \
-  X(fill, FillKernel)         \
-  X(convert, ConvertKernel)   \
-  X(reduce, ReduceKernel)     \
-  X(cumsum, ScanKernel)       \
-  X(matmul, MatmulKernel)     \
-  X(adamw, AdamWKernel)       \
-  X(tri_mask, TriMaskKernel)  \
-  X(trisolve, TrisolveKernel) \
-  X(random, RandomKernel)     \
-  X(embedding, EmbeddingKernel) \
-  X(activation, ActivationKernel) \
+#define LT_KERNEL_FAMILIES(X)          \
+  X(binary, BinaryKernel)              \
+  X(unary, UnaryKernel)                \
+  X(where, WhereKernel)                \
+  X(fill, FillKernel)                  \
+  X(convert, ConvertKernel)            \
+  X(reduce, ReduceKernel)              \
+  X(cumsum, ScanKernel)                \
+  X(matmul, MatmulKernel)              \
+  X(adamw, AdamWKernel)                \
+  X(tri_mask, TriMaskKernel)           \
+  X(trisolve, TrisolveKernel)          \
+  X(random, RandomKernel)              \
+  X(embedding, EmbeddingKernel)        \
+  X(activation, ActivationKernel)      \
   X(cross_entropy, CrossEntropyKernel) \
-  X(norm, NormKernel)         \
+  X(norm, NormKernel)                  \
   X(conv, ConvKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;

@@ -2,10 +2,10 @@
 // exits 77, which CTest reports as "Skipped" (SKIP_RETURN_CODE), so a CPU-only machine
 // shows the CUDA tests as skipped rather than passed.
 #define CATCH_CONFIG_RUNNER
+#include <cuda_runtime.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
-#include <cuda_runtime.h>
 
 int main(int argc, char** argv) {
   bool listing = false;

@@ -14,13 +14,13 @@ namespace lt::alloc {
 namespace {
 
 [[noreturn]] void fail(cudaError_t err, const char* what, int device) {
-  throw std::runtime_error(std::string("lt::alloc CUDA backend (device ") + std::to_string(device) +
-                           "): " + what + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  throw std::runtime_error(std::string("lt::alloc CUDA backend (device ") + std::to_string(device) + "): " + what +
+                           " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
-#define LT_ALLOC_CUDA(expr, what)                   \
-  do {                                              \
-    cudaError_t lt_err_ = (expr);                   \
+#define LT_ALLOC_CUDA(expr, what)                             \
+  do {                                                        \
+    cudaError_t lt_err_ = (expr);                             \
     if (lt_err_ != cudaSuccess) fail(lt_err_, what, device_); \
   } while (0)
 

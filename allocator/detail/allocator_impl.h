@@ -58,9 +58,9 @@ class NodeStore {
  private:
   void refill() {
     constexpr size_t kNodes = 256;
-    const size_t stride = (node_size_ + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
-                          alignof(std::max_align_t);
-    char* chunk = static_cast<char*>(::operator new(stride * kNodes));
+    const size_t stride =
+        (node_size_ + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
+    char* chunk = static_cast<char*>(::operator new(stride* kNodes));
     chunks_.push_back(chunk);
     for (size_t i = 0; i < kNodes; ++i) put(chunk + i * stride, node_size_);
   }
@@ -84,7 +84,9 @@ struct NodeAllocator {
     else ::operator delete(p);
   }
   template <class U>
-  bool operator==(const NodeAllocator<U>& o) const { return store == o.store; }
+  bool operator==(const NodeAllocator<U>& o) const {
+    return store == o.store;
+  }
 };
 
 // Open-addressing map from a block's address to its Block (linear probing, backward-shift
@@ -162,17 +164,17 @@ struct BlockLess {
 struct Block {
   uintptr_t ptr = 0;
   size_t size = 0;
-  size_t requested = 0;        // caller's bytes while allocated
-  StreamId stream = 0;         // allocation stream (owner of the pool)
+  size_t requested = 0;  // caller's bytes while allocated
+  StreamId stream = 0;   // allocation stream (owner of the pool)
   Pool* pool = nullptr;
   Segment* segment = nullptr;
-  Block* prev = nullptr;       // address-order neighbours inside the segment
+  Block* prev = nullptr;  // address-order neighbours inside the segment
   Block* next = nullptr;
   bool allocated = false;
   bool in_free_set = false;
   std::set<Block*, BlockLess, NodeAllocator<Block*>>::iterator free_it{};  // valid while in_free_set
-  int event_count = 0;         // outstanding stream events before the block is free
-  uint32_t stage_id = 0;       // stage tag at allocation (only while tracing)
+  int event_count = 0;                // outstanding stream events before the block is free
+  uint32_t stage_id = 0;              // stage tag at allocation (only while tracing)
   std::vector<StreamId> stream_uses;  // streams other than `stream` (record_stream)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
@@ -223,7 +225,7 @@ struct RawTraceEvent {
   int64_t time_us;
   int64_t allocated_bytes;  // stats after the event (Chrome-trace counters)
   int64_t reserved_bytes;
-  int64_t device_free;      // oom only: backend free bytes (-1 unknown)
+  int64_t device_free;  // oom only: backend free bytes (-1 unknown)
 };
 
 struct CachingAllocator::Impl {
@@ -239,16 +241,16 @@ struct CachingAllocator::Impl {
   StreamId last_stream = ~StreamId(0);
   StreamPools* last_pools = nullptr;
 
-  BlockMap allocated;                                         // live allocations
-  std::map<uintptr_t, std::unique_ptr<Segment>> segments;     // by base address
-  std::deque<PendingEvent> pending;                           // FIFO of outstanding events
-  std::vector<Block*> spare_blocks;                           // recycled Block objects
+  BlockMap allocated;                                      // live allocations
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments;  // by base address
+  std::deque<PendingEvent> pending;                        // FIFO of outstanding events
+  std::vector<Block*> spare_blocks;                        // recycled Block objects
 
   // Trace ring buffer.
   bool tracing = false;
   size_t trace_capacity = 0;
   std::vector<RawTraceEvent> ring;
-  size_t ring_next = 0;       // slot of the next write once the ring is full
+  size_t ring_next = 0;  // slot of the next write once the ring is full
   int64_t trace_dropped = 0;
   int64_t step = 0;
   std::string oom_trace_path;

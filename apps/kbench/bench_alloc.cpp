@@ -33,10 +33,10 @@ using alloc::CachingAllocator;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int batches = 101;       // timing batches per size (median over batches)
-  int pairs = 2000;        // alloc+free pairs per batch (hit path)
-  int raw_reps = 41;       // raw malloc / cudaMalloc pairs per size (median)
-  int steps = 20;          // training replay steps
+  int batches = 101;  // timing batches per size (median over batches)
+  int pairs = 2000;   // alloc+free pairs per batch (hit path)
+  int raw_reps = 41;  // raw malloc / cudaMalloc pairs per size (median)
+  int steps = 20;     // training replay steps
   bool gpu = true;
   std::string json_path;
   std::string trace_prefix;  // dump the host replay's trace: PREFIX.snapshot.{json,pickle}, PREFIX.chrome.json
@@ -47,9 +47,7 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-double ns_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-}
+double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
 
 std::string size_label(size_t b) {
   char buf[32];
@@ -123,21 +121,21 @@ struct ReplayResult {
 ReplayResult replay_training(CachingAllocator& a, int steps, const std::string& trace_prefix) {
   constexpr size_t B = 8, T = 512, d = 768, H = 12, D = 64, V = 32000, C = 64, NT = T / C, L = 2;
   constexpr size_t f32 = 4;
-  const size_t btd = B * T * d * f32;                 // [B,T,d]
-  const size_t bthd = B * T * H * D * f32;            // [B,T,H,D]
-  const size_t bth = B * T * H * f32;                 // [B,T,H]
-  const size_t bt = B * T * f32;                      // [B,T]
-  const size_t states = B * H * NT * D * D * f32;     // [B,H,NT,D,D] chunk states
-  const size_t attn = B * H * NT * C * C * f32;       // [B,H,NT,C,C] intra-chunk scratch
-  const size_t mlp = B * T * 4 * d * f32;             // [B,T,4d]
-  const size_t logits = B * T * V * f32;              // [B,T,V]
+  const size_t btd = B * T * d * f32;              // [B,T,d]
+  const size_t bthd = B * T * H * D * f32;         // [B,T,H,D]
+  const size_t bth = B * T * H * f32;              // [B,T,H]
+  const size_t bt = B * T * f32;                   // [B,T]
+  const size_t states = B * H * NT * D * D * f32;  // [B,H,NT,D,D] chunk states
+  const size_t attn = B * H * NT * C * C * f32;    // [B,H,NT,C,C] intra-chunk scratch
+  const size_t mlp = B * T * 4 * d * f32;          // [B,T,4d]
+  const size_t logits = B * T * V * f32;           // [B,T,V]
   // Scratch of varying sizes (split/KV workspaces, reductions), different per stage.
   const size_t fwd_scratch[] = {256 * 1024, 3 * 1024 * 1024 + 4096, 7 * 1024 * 1024 + 512};
   const size_t bwd_scratch[] = {512 * 1024 + 64, 5 * 1024 * 1024, 9 * 1024 * 1024 + 1536, 96 * 1024};
 
   std::vector<void*> param_grads;  // persistent across steps (allocated in step 0)
-  const size_t param_grad_sizes[] = {d * d * f32, d * d * f32, d * d * f32, d * d * f32, d * 4 * d * f32,
-                                     4 * d * d * f32, d * f32, d * f32};
+  const size_t param_grad_sizes[] = {d * d * f32,     d * d * f32,     d * d * f32, d * d * f32,
+                                     d * 4 * d * f32, 4 * d * d * f32, d * f32,     d * f32};
   a.reset_peak_stats();
   if (!trace_prefix.empty()) a.set_trace(true);
   std::vector<double> step_us;
@@ -163,18 +161,30 @@ ReplayResult replay_training(CachingAllocator& a, int steps, const std::string& 
     for (size_t l = 0; l < L; ++l) {
       alloc::set_stage_tag(kFwd[l]);
       keep(btd);
-      keep(bt);                                   // norm1 out, rstd
-      keep(bthd); keep(bthd); keep(bthd); keep(bthd);  // q k v g
-      keep(bth);                                  // beta
-      keep(states);                               // chunk states (saved for backward)
-      { void* s = a.allocate(attn); scratch(fwd_scratch, 3); a.free(s); }
-      keep(bthd);                                 // o
-      keep(btd); keep(btd);                       // out proj, residual
-      keep(btd); keep(bt);                        // norm2 out, rstd
-      keep(mlp); keep(mlp);                       // up, activation
-      keep(btd); keep(btd);                       // down, residual
+      keep(bt);  // norm1 out, rstd
+      keep(bthd);
+      keep(bthd);
+      keep(bthd);
+      keep(bthd);    // q k v g
+      keep(bth);     // beta
+      keep(states);  // chunk states (saved for backward)
+      {
+        void* s = a.allocate(attn);
+        scratch(fwd_scratch, 3);
+        a.free(s);
+      }
+      keep(bthd);  // o
+      keep(btd);
+      keep(btd);  // out proj, residual
+      keep(btd);
+      keep(bt);  // norm2 out, rstd
+      keep(mlp);
+      keep(mlp);  // up, activation
+      keep(btd);
+      keep(btd);  // down, residual
     }
-    keep(btd); keep(bt);                          // final norm
+    keep(btd);
+    keep(bt);  // final norm
     // Loss: logits and their gradient, then the logits are dropped.
     alloc::set_stage_tag("loss");
     void* lg = a.allocate(logits);
@@ -197,7 +207,10 @@ ReplayResult replay_training(CachingAllocator& a, int steps, const std::string& 
     a.free(upstream);
     // Optimizer: grad-norm partial sums.
     alloc::set_stage_tag("optimizer");
-    { void* s = a.allocate(4096); a.free(s); }
+    {
+      void* s = a.allocate(4096);
+      a.free(s);
+    }
     alloc::set_stage_tag("");
     step_us.push_back(ns_since(t0) / 1000.0);
     int64_t allocs = a.stats().allocation.allocated - allocs0;
@@ -224,12 +237,13 @@ ReplayResult replay_training(CachingAllocator& a, int steps, const std::string& 
 }
 
 void print_replay(const char* name, const ReplayResult& r, int steps) {
-  std::printf("  %-6s steps %d, %lld allocations/step: raw mallocs step 0 = %lld, steps 1..%d = %lld (target 0)\n", name,
-              steps, (long long)r.allocs_per_step, (long long)r.raw_mallocs_first_step, steps - 1,
+  std::printf("  %-6s steps %d, %lld allocations/step: raw mallocs step 0 = %lld, steps 1..%d = %lld (target 0)\n",
+              name, steps, (long long)r.allocs_per_step, (long long)r.raw_mallocs_first_step, steps - 1,
               (long long)r.raw_mallocs_after_first);
-  std::printf("  %-6s peak in-use %.1f MiB, peak reserved %.1f MiB, ratio %.3f (target <= 1.10); "
-              "allocator host time %.1f us/step (median)\n",
-              name, r.peak_in_use / 1048576.0, r.peak_reserved / 1048576.0, r.ratio, r.step_us_median);
+  std::printf(
+      "  %-6s peak in-use %.1f MiB, peak reserved %.1f MiB, ratio %.3f (target <= 1.10); "
+      "allocator host time %.1f us/step (median)\n",
+      name, r.peak_in_use / 1048576.0, r.peak_reserved / 1048576.0, r.ratio, r.step_us_median);
 }
 
 nlohmann::json replay_json(const ReplayResult& r) {
@@ -248,16 +262,15 @@ int run_alloc(const Options& o) {
   out["benchmark"] = "alloc";
   out["batches"] = o.batches;
   out["pairs_per_batch"] = o.pairs;
-  const std::vector<size_t> sizes = {256, 1024, 4096, 16384, 65536, 262144, 1u << 20, 4u << 20, 16u << 20,
-                                     64u << 20, 256u << 20};
+  const std::vector<size_t> sizes = {256,      1024,     4096,      16384,     65536,     262144,
+                                     1u << 20, 4u << 20, 16u << 20, 64u << 20, 256u << 20};
   bool gpu = false;
 #if LINTRAIN_WITH_CUDA
   if (o.gpu && alloc::cuda_available()) gpu = true;
 #endif
   std::printf("kbench alloc: allocate+free pair, hit path (median over %d batches of %d pairs; ns per pair)\n",
               o.batches, o.pairs);
-  std::printf("  %-9s %12s %14s %14s %16s\n", "size", "host cache", "malloc/free", "cuda cache",
-              "cudaMalloc/Free");
+  std::printf("  %-9s %12s %14s %14s %16s\n", "size", "host cache", "malloc/free", "cuda cache", "cudaMalloc/Free");
   CachingAllocator host(std::make_unique<alloc::HostBackend>());
   host.set_poison(false);
   std::unique_ptr<CachingAllocator> dev;
@@ -323,12 +336,14 @@ void setup_alloc(CLI::App& sub, std::function<int()>& run) {
   auto o = std::make_shared<Options>();
   sub.add_option("--batches", o->batches, "timing batches per size (median over them)")->check(CLI::Range(3, 100000));
   sub.add_option("--pairs", o->pairs, "alloc+free pairs per timing batch")->check(CLI::Range(1, 10000000));
-  sub.add_option("--raw-reps", o->raw_reps, "repetitions of raw malloc / cudaMalloc timings")->check(CLI::Range(1, 100000));
+  sub.add_option("--raw-reps", o->raw_reps, "repetitions of raw malloc / cudaMalloc timings")
+      ->check(CLI::Range(1, 100000));
   sub.add_option("--steps", o->steps, "training replay steps")->check(CLI::Range(2, 100000));
   sub.add_flag("--no-gpu{false}", o->gpu, "skip the CUDA columns even when a device exists");
   sub.add_option("--json", o->json_path, "also write the results as JSON to this file");
-  sub.add_option("--trace-out", o->trace_prefix,
-                 "trace the host replay and write PREFIX.snapshot.json/.pickle (torch memory_viz) and PREFIX.chrome.json");
+  sub.add_option(
+      "--trace-out", o->trace_prefix,
+      "trace the host replay and write PREFIX.snapshot.json/.pickle (torch memory_viz) and PREFIX.chrome.json");
   run = [o] { return run_alloc(*o); };
 }
 

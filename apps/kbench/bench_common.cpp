@@ -43,7 +43,7 @@ void device_sync(bool device) {
 
 nlohmann::json Timing::json() const {
   return {{"median_ms", median_ms}, {"p10_ms", p10_ms}, {"p90_ms", p90_ms},
-          {"mean_ms", mean_ms}, {"min_ms", min_ms}, {"iters", iters}};
+          {"mean_ms", mean_ms},     {"min_ms", min_ms}, {"iters", iters}};
 }
 
 Timing summarize(std::vector<double> ms) {
@@ -61,8 +61,8 @@ Timing summarize(std::vector<double> ms) {
   return t;
 }
 
-MultiTiming time_regions(const std::function<void(int, const MarkFn&)>& fn, int nmarks,
-                         const TimingOptions& opt, void* stream, bool device) {
+MultiTiming time_regions(const std::function<void(int, const MarkFn&)>& fn, int nmarks, const TimingOptions& opt,
+                         void* stream, bool device) {
   if (nmarks < 2) throw std::invalid_argument("time_regions: need at least two marks");
   (void)stream;  // used only with CUDA
   std::vector<std::vector<double>> per(static_cast<size_t>(nmarks - 1));
@@ -207,8 +207,7 @@ std::vector<StageRow> time_stages(const std::function<void()>& fn, int reps, voi
     row.launches_per_call = static_cast<double>(launches.count(stage) ? launches[stage] : 0) / reps;
     rows.push_back(row);
   }
-  if (launches.count("(none)"))
-    rows.push_back({"(none)", static_cast<double>(launches["(none)"]) / reps, 0.0});
+  if (launches.count("(none)")) rows.push_back({"(none)", static_cast<double>(launches["(none)"]) / reps, 0.0});
   return rows;
 }
 
@@ -301,8 +300,8 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   f << j.dump(2) << "\n";
 }
 
-FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call,
-                              const TimingOptions& opt, void* stream, bool device) {
+FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call, const TimingOptions& opt,
+                              void* stream, bool device) {
   FwdBwdFigures f;
   call(0, [](int) {});  // warm: the allocator's cache and any first-use work
   alloc::CachingAllocator& A = device ? alloc::cuda_allocator(0) : alloc::host_allocator();
@@ -322,8 +321,8 @@ FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& m
 }
 
 void FwdBwdFigures::print(int iters, int warmup, size_t nsets) const {
-  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms",
-              "p10", "p90", iters, warmup, nsets);
+  std::printf("  %-9s %10s %10s %10s   (%d iterations after %d warm-up, %zu input sets)\n", "", "median ms", "p10",
+              "p90", iters, warmup, nsets);
   auto row = [](const char* name, const Timing& x) {
     std::printf("  %-9s %10.4f %10.4f %10.4f\n", name, x.median_ms, x.p10_ms, x.p90_ms);
   };

@@ -70,8 +70,8 @@ nlohmann::json stage_json(const std::vector<StageRow>& rows);
 class PeakMeter {
  public:
   PeakMeter(alloc::CachingAllocator& allocator, bool device);  // synchronises, resets peaks
-  int64_t extra_peak_bytes() const;      // synchronises; allocated peak - allocated at start
-  int64_t extra_reserved_bytes() const;  // reserved peak - reserved at start
+  int64_t extra_peak_bytes() const;                            // synchronises; allocated peak - allocated at start
+  int64_t extra_reserved_bytes() const;                        // reserved peak - reserved at start
   int64_t start_allocated() const { return start_allocated_; }
 
  private:
@@ -97,8 +97,8 @@ struct FwdBwdFigures {
   // forward / backward / total / launches / atlas / extra_peak_bytes / extra_reserved_bytes
   void add_json(nlohmann::json& j) const;
 };
-FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call,
-                              const TimingOptions& opt, void* stream, bool device);
+FwdBwdFigures measure_fwd_bwd(const std::function<void(int iter, const MarkFn& mark)>& call, const TimingOptions& opt,
+                              void* stream, bool device);
 
 struct Floors {
   double bytes = 0;  // must move through device memory (inputs once, outputs once)

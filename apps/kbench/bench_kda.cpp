@@ -67,13 +67,22 @@ int run_kda_bench(const KdaBenchOptions& o) {
     cfg.gate.use_lower_bound = true;
     cfg.gate.lower_bound = static_cast<float>(o.lower_bound);
   }
-  nlohmann::json j = {{"bench", "kda"}, {"B", o.B}, {"T", o.T}, {"H", o.H}, {"D", o.D},
-                      {"dtype", dtype_name(dt)}, {"chunk", o.chunk}, {"path", o.path},
+  nlohmann::json j = {{"bench", "kda"},
+                      {"B", o.B},
+                      {"T", o.T},
+                      {"H", o.H},
+                      {"D", o.D},
+                      {"dtype", dtype_name(dt)},
+                      {"chunk", o.chunk},
+                      {"path", o.path},
                       {"variant", o.simt ? "simt" : "tensor_cores"},
-                      {"date", today_utc()}, {"device", device_description(device)}};
+                      {"date", today_utc()},
+                      {"device", device_description(device)}};
   if (!device && cfg.path != mixers::KdaPath::ops) {
-    std::printf("kbench kda: no CUDA device; the %s path runs on the GPU only in a benchmark "
-                "(its CPU twins are for tests). Nothing measured.\n", o.path.c_str());
+    std::printf(
+        "kbench kda: no CUDA device; the %s path runs on the GPU only in a benchmark "
+        "(its CPU twins are for tests). Nothing measured.\n",
+        o.path.c_str());
     j["skipped"] = "no CUDA device";
     write_json(o.json_path, j);
     return 0;
@@ -96,7 +105,8 @@ int run_kda_bench(const KdaBenchOptions& o) {
     sets.push_back({randn(s4), randn(s4), randn(s4), randn(s4), randn(s3), randn(s4)});
   const Tensor A_log = ops::log(ops::add_scalar(ops::mul_scalar(ops::rand({o.H}, 7, 0, DType::f32, dev), 15.0), 1.0));
   const double l1 = std::log(1e-3), l2 = std::log(0.1);
-  const Tensor dtv = ops::clamp(ops::exp(ops::add_scalar(ops::mul_scalar(ops::rand({o.H, o.D}, 8, 0, DType::f32, dev), l2 - l1), l1)), 1e-4, 1.0);
+  const Tensor dtv = ops::clamp(
+      ops::exp(ops::add_scalar(ops::mul_scalar(ops::rand({o.H, o.D}, 8, 0, DType::f32, dev), l2 - l1), l1)), 1e-4, 1.0);
   const Tensor dt_bias = ops::add(dtv, ops::log(ops::rsub_scalar(ops::exp(ops::neg(dtv)), 1.0)));
   void* stream = device ? current_stream(dev).handle() : nullptr;
 
@@ -134,18 +144,18 @@ int run_kda_bench(const KdaBenchOptions& o) {
 
   std::printf("kbench kda  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  (%s, %s)\n", (long long)o.B,
               (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
-              o.simt ? " (simt scans)" : "",
-              device_description(device).c_str(), today_utc().c_str());
+              o.simt ? " (simt scans)" : "", device_description(device).c_str(), today_utc().c_str());
   fig.print(iters, warmup, sets.size());
-  std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
-              "floor %.4f ms; achieved %.1f%% of the floor\n",
-              fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12,
-              fl.flops / 1e9, fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms);
+  std::printf(
+      "  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
+      "floor %.4f ms; achieved %.1f%% of the floor\n",
+      fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12, fl.flops / 1e9,
+      fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms);
 
   fig.add_json(j);
-  j["floors"] = {{"bytes", fl.bytes}, {"flops", fl.flops}, {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
-                 {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms},
-                 {"achieved_fraction", floor_ms / t.total.median_ms}};
+  j["floors"] = {
+      {"bytes", fl.bytes},           {"flops", fl.flops},    {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
+      {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms}, {"achieved_fraction", floor_ms / t.total.median_ms}};
   write_json(o.json_path, j);
   return 0;
 }
@@ -171,4 +181,5 @@ void setup_kda(CLI::App& sub, std::function<int()>& run) {
 }  // namespace
 }  // namespace lt::kbench
 
-LT_KBENCH_COMMAND(kda, "KDA token mixer fwd+bwd: medians, launch atlas, extra peak memory, floors", lt::kbench::setup_kda);
+LT_KBENCH_COMMAND(kda, "KDA token mixer fwd+bwd: medians, launch atlas, extra peak memory, floors",
+                  lt::kbench::setup_kda);

@@ -84,13 +84,23 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
     throw std::invalid_argument("kbench rwkv6: --pick-backward times the fused path's backwards (--path fused)");
   const bool device = cuda_available();
   const Device dev = device ? Device::cuda(0) : Device::cpu();
-  nlohmann::json j = {{"bench", "rwkv6"}, {"B", o.B}, {"T", o.T}, {"H", o.H}, {"D", o.D},
-                      {"dtype", dtype_name(dt)}, {"chunk", o.chunk}, {"path", o.path},
-                      {"backward", o.pick_backward ? std::string("pick") : o.backward}, {"scale", o.scale},
-                      {"date", today_utc()}, {"device", device_description(device)}};
+  nlohmann::json j = {{"bench", "rwkv6"},
+                      {"B", o.B},
+                      {"T", o.T},
+                      {"H", o.H},
+                      {"D", o.D},
+                      {"dtype", dtype_name(dt)},
+                      {"chunk", o.chunk},
+                      {"path", o.path},
+                      {"backward", o.pick_backward ? std::string("pick") : o.backward},
+                      {"scale", o.scale},
+                      {"date", today_utc()},
+                      {"device", device_description(device)}};
   if (!device && cfg.path != mixers::Rwkv6Path::ops) {
-    std::printf("kbench rwkv6: no CUDA device; the %s path runs on the GPU in a benchmark "
-                "(its CPU twins are for tests). Nothing measured.\n", o.path.c_str());
+    std::printf(
+        "kbench rwkv6: no CUDA device; the %s path runs on the GPU in a benchmark "
+        "(its CPU twins are for tests). Nothing measured.\n",
+        o.path.c_str());
     j["skipped"] = "no CUDA device";
     write_json(o.json_path, j);
     return 0;
@@ -153,9 +163,10 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
     fb.print(iters, warmup, sets.size());
     const double mf = ff.t.regions[1].median_ms, mb = fb.t.regions[1].median_ms;
     const rwkv6::BwdImpl win = mb < mf ? rwkv6::BwdImpl::fallback : rwkv6::BwdImpl::fused;
-    std::printf("  backward medians: fused %.4f ms, fallback %.4f ms -> winner: %s "
-                "(Rwkv6Config::backward = %s; kbench rwkv6 --backward %s)\n",
-                mf, mb, rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win));
+    std::printf(
+        "  backward medians: fused %.4f ms, fallback %.4f ms -> winner: %s "
+        "(Rwkv6Config::backward = %s; kbench rwkv6 --backward %s)\n",
+        mf, mb, rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win), rwkv6::bwd_impl_name(win));
     nlohmann::json jf, jb;
     ff.add_json(jf);
     fb.add_json(jb);
@@ -184,21 +195,27 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
 #endif
   const char* kernels = cfg.path == mixers::Rwkv6Path::ops ? "engine ops" : tc ? "tensor-core" : "SIMT";
   j["kernels"] = kernels;
-  std::printf("kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s  backward %s  %s kernels  scale %g  "
-              "(%s, %s)\n",
-              (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
-              o.backward.c_str(), kernels, o.scale, device_description(device).c_str(), today_utc().c_str());
+  std::printf(
+      "kbench rwkv6  B %lld T %lld H %lld D %d  %s  chunk %d  path %s  backward %s  %s kernels  scale %g  "
+      "(%s, %s)\n",
+      (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(), o.backward.c_str(),
+      kernels, o.scale, device_description(device).c_str(), today_utc().c_str());
   fig.print(iters, warmup, sets.size());
-  std::printf("  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
-              "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
-              fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12,
-              fl.flops / 1e9, fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms,
-              simt_floor_ms, 100.0 * simt_floor_ms / t.total.median_ms);
+  std::printf(
+      "  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
+      "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
+      fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12, fl.flops / 1e9,
+      fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms, simt_floor_ms,
+      100.0 * simt_floor_ms / t.total.median_ms);
 
   fig.add_json(j);
-  j["floors"] = {{"bytes", fl.bytes}, {"flops", fl.flops}, {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
-                 {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms},
-                 {"achieved_fraction", floor_ms / t.total.median_ms}, {"simt_floor_ms", simt_floor_ms}};
+  j["floors"] = {{"bytes", fl.bytes},
+                 {"flops", fl.flops},
+                 {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
+                 {"flop_ms", fl.flop_ms(rate)},
+                 {"floor_ms", floor_ms},
+                 {"achieved_fraction", floor_ms / t.total.median_ms},
+                 {"simt_floor_ms", simt_floor_ms}};
   write_json(o.json_path, j);
   return 0;
 }

@@ -89,7 +89,8 @@ model::ModelConfig model_config(const StepOptions& o, const std::string& precisi
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored) {
   const std::vector<double> u = ops::rand({B * T}, seed, 0, DType::f64).to_vector();
   std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
   for (int i = 0; i < ignored && !ids.empty(); ++i) ids[(static_cast<size_t>(i) * 7919 + 5) % ids.size()] = -100;
   return Tensor::from_vector(ids, {B, T}, DType::i64);
 }
@@ -162,11 +163,12 @@ int run_step_bench(const StepOptions& o) {
   const double tokens_per_step = static_cast<double>(o.B * o.T);
   const double tok_s = tokens_per_step / (tt.median_ms * 1e-3);
   const double tflops = m.flops_per_token(o.T) * tok_s / 1e12;
-  std::printf("kbench step  %s %s  d %lld  layers %lld  heads %lld x %lld  vocab %lld  B %lld T %lld  chunk %d  "
-              "path %s  (%s, %s)\n",
-              o.arch.c_str(), o.precision.c_str(), (long long)o.d, (long long)o.layers, (long long)o.heads,
-              (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, o.chunk, o.path.c_str(),
-              device_description(device).c_str(), today_utc().c_str());
+  std::printf(
+      "kbench step  %s %s  d %lld  layers %lld  heads %lld x %lld  vocab %lld  B %lld T %lld  chunk %d  "
+      "path %s  (%s, %s)\n",
+      o.arch.c_str(), o.precision.c_str(), (long long)o.d, (long long)o.layers, (long long)o.heads,
+      (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, o.chunk, o.path.c_str(),
+      device_description(device).c_str(), today_utc().c_str());
   std::printf("  parameters %.2fM   loss after %lld steps %.5f\n", static_cast<double>(m.num_params()) / 1e6,
               (long long)t, loss_now);
   std::printf("  ms/step median %.3f  p10 %.3f  p90 %.3f   (%d steps after %d warm-up)\n", tt.median_ms, tt.p10_ms,
@@ -181,10 +183,21 @@ int run_step_bench(const StepOptions& o) {
     std::printf("    segment of %s allocated in stage '%s'\n", fmt_bytes(static_cast<double>(e.size)).c_str(),
                 e.stage.c_str());
 
-  nlohmann::json j = {{"bench", "step"}, {"arch", o.arch}, {"precision", o.precision}, {"d", o.d},
-                      {"layers", o.layers}, {"heads", o.heads}, {"head_dim", o.head_dim}, {"vocab", o.vocab},
-                      {"B", o.B}, {"T", o.T}, {"chunk", o.chunk}, {"path", o.path}, {"date", today_utc()},
-                      {"device", device_description(device)}, {"params", m.num_params()}};
+  nlohmann::json j = {{"bench", "step"},
+                      {"arch", o.arch},
+                      {"precision", o.precision},
+                      {"d", o.d},
+                      {"layers", o.layers},
+                      {"heads", o.heads},
+                      {"head_dim", o.head_dim},
+                      {"vocab", o.vocab},
+                      {"B", o.B},
+                      {"T", o.T},
+                      {"chunk", o.chunk},
+                      {"path", o.path},
+                      {"date", today_utc()},
+                      {"device", device_description(device)},
+                      {"params", m.num_params()}};
   j["step"] = tt.json();
   j["tokens_per_s"] = tok_s;
   j["model_tflops"] = tflops;
@@ -230,8 +243,9 @@ int run_model_dump(const StepOptions& o) {
   io::write_safetensors(dir + "batch.safetensors", {{"tokens", tokens}, {"targets", targets}});
   std::vector<io::NamedTensor> grads = m.named_grads();
   grads.push_back({"loss", loss});
-  io::write_safetensors(dir + "grads.safetensors", grads,
-                        {{"device", dev.str()}, {"dtype", o.dtype}, {"path", o.path}, {"chunk", std::to_string(o.chunk)}});
+  io::write_safetensors(
+      dir + "grads.safetensors", grads,
+      {{"device", dev.str()}, {"dtype", o.dtype}, {"path", o.path}, {"chunk", std::to_string(o.chunk)}});
   std::printf("kbench model-dump: %s %s on %s, B %lld T %lld, loss %.8f -> %s\n", o.arch.c_str(), o.dtype.c_str(),
               dev.str().c_str(), (long long)o.B, (long long)o.T, loss.item(), o.out_dir.c_str());
   return 0;

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
-#include "engine/train/checkpoint.h"
 #include "engine/train/bench.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/instrument.h"
 #include "engine/train/loop.h"
@@ -53,8 +53,8 @@ Config keys (JSON sections "model", "data", "train"; override any with --set key
 )";
 
 // Builds the effective config: file, then --set overrides, then the dedicated flags.
-lt::train::RunConfig build_config(const std::string& path, const std::vector<std::string>& sets, const std::string& device,
-                                  int64_t steps, const std::string& out, int64_t seed) {
+lt::train::RunConfig build_config(const std::string& path, const std::vector<std::string>& sets,
+                                  const std::string& device, int64_t steps, const std::string& out, int64_t seed) {
   nlohmann::ordered_json j = lt::train::config_load_file(path);
   for (const auto& s : sets) lt::train::config_apply_override(j, s);
   if (!device.empty()) lt::train::config_apply_override(j, "device=" + device);
@@ -77,15 +77,17 @@ int run_export(const std::string& checkpoint, const std::string& out) {
     f.close();
     fs::rename(tmp, fs::path(out) / "config.json");
   }
-  lt::io::write_safetensors((fs::path(out) / "model.safetensors").string(), lm.model->named_params(), {{"format", "pt"}});
-  spdlog::info("exported {} (step {}) to {}: config.json + model.safetensors; load with "
-               "transformers.AutoModelForCausalLM.from_pretrained('{}') after `import fla`",
-               checkpoint, lm.checkpoint.step, out, out);
+  lt::io::write_safetensors((fs::path(out) / "model.safetensors").string(), lm.model->named_params(),
+                            {{"format", "pt"}});
+  spdlog::info(
+      "exported {} (step {}) to {}: config.json + model.safetensors; load with "
+      "transformers.AutoModelForCausalLM.from_pretrained('{}') after `import fla`",
+      checkpoint, lm.checkpoint.step, out, out);
   return 0;
 }
 
-int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t tokens, double temperature, int64_t top_k,
-               uint64_t seed, const std::string& device) {
+int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t tokens, double temperature,
+               int64_t top_k, uint64_t seed, const std::string& device) {
   auto lm = lt::train::load_model_from_checkpoint(checkpoint, device, false);
   std::vector<int32_t> ids = lt::train::encode_prompt(lm.config, prompt);
   if (lm.config.data.source == "tokens") {
@@ -130,9 +132,7 @@ int run_bench_compare(const std::string& a, const std::string& b) {
   const nlohmann::json ja = load(a), jb = load(b);
   try {
     std::cout << lt::train::bench_compare(ja, jb, a, b);
-  } catch (const std::runtime_error& e) {
-    throw ConfigError(e.what());
-  }
+  } catch (const std::runtime_error& e) { throw ConfigError(e.what()); }
   return 0;
 }
 
@@ -161,13 +161,15 @@ int main(int argc, char** argv) {
                  "(removes old checkpoints); or a checkpoint folder, e.g. --resume runs/quick/step-00000200");
   app.add_option("--out", out, "output folder (config key 'out'), e.g. --out runs/try1");
   app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
-  app.add_flag("--print-config", print_config, "print the effective config (file + overrides + defaults) as JSON and exit");
+  app.add_flag("--print-config", print_config,
+               "print the effective config (file + overrides + defaults) as JSON and exit");
   std::string timers = "off", timers_trace, bench_out, alloc_trace;
   int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
   app.add_option("--timers", timers,
                  std::string("per-stage CUDA-event timers (steady clock on the CPU): ") + lt::train::kTimerGrammar +
                      "; steps count from 0, the first after warm-up; e.g. --timers step%50");
-  app.add_option("--timers-trace", timers_trace, "write the timed steps as a Chrome / Perfetto trace, e.g. runs/t.json");
+  app.add_option("--timers-trace", timers_trace,
+                 "write the timed steps as a Chrome / Perfetto trace, e.g. runs/t.json");
   app.add_option("--bench", bench,
                  "the quiet-card arm: run --bench-warmup steps, then N measured steps (no eval, no checkpoints; "
                  "output in <out>/bench), write the result JSON; e.g. --bench 200 --timers step%50")
@@ -187,12 +189,16 @@ int main(int argc, char** argv) {
   int64_t n_tokens = 64, top_k = 0, batches = 0;
   double temperature = 0.0;
   uint64_t s_seed = 1;
-  CLI::App* ex = app.add_subcommand("export", "write config.json + model.safetensors that fla's KDAForCausalLM / "
-                                              "RWKV6ForCausalLM load.\n  e.g. trainer export --checkpoint runs/quick/step-00000200 --out fla-model");
+  CLI::App* ex = app.add_subcommand(
+      "export",
+      "write config.json + model.safetensors that fla's KDAForCausalLM / "
+      "RWKV6ForCausalLM load.\n  e.g. trainer export --checkpoint runs/quick/step-00000200 --out fla-model");
   ex->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   ex->add_option("--out", ex_out, "output folder for config.json and model.safetensors")->required();
-  CLI::App* sa = app.add_subcommand("sample", "generate text (byte vocabularies) or token ids from a checkpoint.\n"
-                                              "  e.g. trainer sample --checkpoint runs/text/step-00002000 --prompt \"The \" --tokens 200 --temperature 0.8 --top-k 40");
+  CLI::App* sa = app.add_subcommand("sample",
+                                    "generate text (byte vocabularies) or token ids from a checkpoint.\n"
+                                    "  e.g. trainer sample --checkpoint runs/text/step-00002000 --prompt \"The \" "
+                                    "--tokens 200 --temperature 0.8 --top-k 40");
   sa->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   sa->add_option("--prompt", prompt, "prompt text (byte vocab) or token ids \"12 7 99\" (token data)")->required();
   sa->add_option("--tokens", n_tokens, "tokens to generate (default 64)");
@@ -207,8 +213,10 @@ int main(int argc, char** argv) {
                                     "run A and B interleaved (A B A B ...) in one session");
   bc->add_option("A", cmp_a, "the baseline result JSON")->required();
   bc->add_option("B", cmp_b, "the result JSON to compare")->required();
-  CLI::App* ev = app.add_subcommand("eval", "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
-                                            "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
+  CLI::App* ev =
+      app.add_subcommand("eval",
+                         "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
+                         "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
   ev->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   ev->add_option("--batches", batches, "validation batches (default: the run's train.eval_batches)");
   ev->add_option("--device", e_device, "auto | cpu | cuda[:N] (default auto)");
@@ -226,7 +234,8 @@ int main(int argc, char** argv) {
     if (ev->parsed()) return run_eval(ck, batches, e_device);
     if (bc->parsed()) return run_bench_compare(cmp_a, cmp_b);
     if (config_path.empty()) {
-      std::fprintf(stderr, "trainer: --config FILE is required (e.g. trainer --config configs/quick.json); see --help\n");
+      std::fprintf(stderr,
+                   "trainer: --config FILE is required (e.g. trainer --config configs/quick.json); see --help\n");
       return 2;
     }
     lt::train::RunConfig rc = build_config(config_path, sets, device, steps, out, seed);
@@ -237,9 +246,7 @@ int main(int argc, char** argv) {
     lt::train::InstrumentOptions io;
     try {
       io.timers = lt::train::TimerSpec::parse(timers);
-    } catch (const std::invalid_argument& e) {
-      throw ConfigError(e.what());
-    }
+    } catch (const std::invalid_argument& e) { throw ConfigError(e.what()); }
     lt::train::RunOptions opt;
     opt.resume = resume;
     opt.config_path = config_path;

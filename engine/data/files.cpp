@@ -118,14 +118,16 @@ class WindowSource final : public Source {
   void finish() const {
     if (windows_ == 0)
       throw std::runtime_error("data: " + kind_ + " '" + path_ + "': no window of T + 1 = " + std::to_string(T_ + 1) +
-                               " tokens fits in the " + split_name(split_) + " split (" + std::to_string(total_tokens_) +
-                               " tokens in " + std::to_string(files_.size()) + " file(s), the longest " +
-                               std::to_string(longest_) + "; val_fraction " + std::to_string(val_fraction_) + ")");
+                               " tokens fits in the " + split_name(split_) + " split (" +
+                               std::to_string(total_tokens_) + " tokens in " + std::to_string(files_.size()) +
+                               " file(s), the longest " + std::to_string(longest_) + "; val_fraction " +
+                               std::to_string(val_fraction_) + ")");
   }
 
   int64_t fill_row(Rng& rng, int32_t* tokens, int32_t* targets) const override {
     const auto w = static_cast<int64_t>(rng.below(static_cast<uint64_t>(windows_)));
-    const size_t k = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), w) - cumulative_.begin());
+    const size_t k =
+        static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), w) - cumulative_.begin());
     const Segment& s = segments_[k];
     const int64_t start = w - (k == 0 ? 0 : cumulative_[k - 1]);
     int64_t prev = s.token(start);
@@ -149,7 +151,7 @@ class WindowSource final : public Source {
   int64_t T_, V_;
   double val_fraction_;
   std::vector<std::unique_ptr<MappedFile>> files_;
-  std::vector<Segment> segments_;   // files with at least one window
+  std::vector<Segment> segments_;    // files with at least one window
   std::vector<int64_t> cumulative_;  // [segments]: windows in segments 0..k
   int64_t windows_ = 0, total_tokens_ = 0, longest_ = 0;
 };
@@ -199,7 +201,8 @@ std::unique_ptr<Source> make_text_source(const DataConfig& cfg, Split split, int
 
 std::unique_ptr<Source> make_token_source(const DataConfig& cfg, Split split, int64_t T) {
   check_common(cfg);
-  if (cfg.vocab_size < 1) throw std::runtime_error("data: vocab_size " + std::to_string(cfg.vocab_size) + " must be >= 1");
+  if (cfg.vocab_size < 1)
+    throw std::runtime_error("data: vocab_size " + std::to_string(cfg.vocab_size) + " must be >= 1");
   std::vector<std::string> paths;
   if (has_glob_chars(cfg.path)) {
     glob_t g{};
@@ -207,7 +210,8 @@ std::unique_ptr<Source> make_token_source(const DataConfig& cfg, Split split, in
     if (rc == 0)
       for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);  // sorted by glob
     ::globfree(&g);
-    if (rc == GLOB_NOMATCH || paths.empty()) throw std::runtime_error("data: no token shard matches '" + cfg.path + "'");
+    if (rc == GLOB_NOMATCH || paths.empty())
+      throw std::runtime_error("data: no token shard matches '" + cfg.path + "'");
     if (rc != 0) throw std::runtime_error("data: cannot expand the glob '" + cfg.path + "'");
   } else {
     paths.push_back(cfg.path);

@@ -146,9 +146,7 @@ struct Loader::Impl {
       Item item;
       try {
         item.batch = make_batch(gen);
-      } catch (...) {
-        item.error = std::current_exception();
-      }
+      } catch (...) { item.error = std::current_exception(); }
       item.after = gen.state();
       const bool failed_here = item.error != nullptr;
       {
@@ -171,7 +169,8 @@ struct Loader::Impl {
   }
 };
 
-Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed) : impl_(std::make_unique<Impl>()) {
+Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed)
+    : impl_(std::make_unique<Impl>()) {
   if (B < 1) throw std::runtime_error("data: batch size B " + std::to_string(B) + " must be >= 1");
   if (T < 1) throw std::runtime_error("data: sequence length T " + std::to_string(T) + " must be >= 1");
   if (cfg.prefetch < 0) throw std::runtime_error("data: prefetch " + std::to_string(cfg.prefetch) + " must be >= 0");
@@ -227,7 +226,8 @@ nlohmann::json Loader::state() const {
   const Impl& m = *impl_;
   nlohmann::json rng = nlohmann::json::array();
   for (uint64_t w : m.rng.state()) rng.push_back(hex64(w));
-  return {{"version", kStateVersion}, {"identity", m.identity()}, {"seed", m.seed}, {"batches", m.batches}, {"rng", rng}};
+  return {
+      {"version", kStateVersion}, {"identity", m.identity()}, {"seed", m.seed}, {"batches", m.batches}, {"rng", rng}};
 }
 
 void Loader::restore(const nlohmann::json& state) {
@@ -236,7 +236,8 @@ void Loader::restore(const nlohmann::json& state) {
   for (const char* key : {"version", "identity", "batches", "rng"})
     if (!state.contains(key)) throw std::runtime_error(std::string("data state: missing key '") + key + "'");
   if (state["version"] != kStateVersion)
-    throw std::runtime_error("data state: version " + state["version"].dump() + ", expected " + std::to_string(kStateVersion));
+    throw std::runtime_error("data state: version " + state["version"].dump() + ", expected " +
+                             std::to_string(kStateVersion));
   const nlohmann::json id = m.identity();
   const nlohmann::json& saved = state["identity"];
   if (!saved.is_object()) throw std::runtime_error("data state: 'identity' is not an object");

@@ -32,13 +32,13 @@ namespace lt::data {
 enum class Split : uint8_t { train, val };
 
 struct DataConfig {
-  std::string source = "synthetic";   // synthetic | text | tokens
-  std::string path;                   // text: file or folder; tokens: file or glob
-  std::string task = "mqar";          // synthetic: mqar | bytes
-  int64_t vocab_size = 256;           // synthetic vocabulary; for tokens: the model's vocab (checked)
-  int64_t mqar_pairs = 16;            // mqar: key-value pairs per sequence
-  double val_fraction = 0.05;         // text / tokens
-  int prefetch = 2;                   // batches prepared ahead by the loader thread (0: inline)
+  std::string source = "synthetic";  // synthetic | text | tokens
+  std::string path;                  // text: file or folder; tokens: file or glob
+  std::string task = "mqar";         // synthetic: mqar | bytes
+  int64_t vocab_size = 256;          // synthetic vocabulary; for tokens: the model's vocab (checked)
+  int64_t mqar_pairs = 16;           // mqar: key-value pairs per sequence
+  double val_fraction = 0.05;        // text / tokens
+  int prefetch = 2;                  // batches prepared ahead by the loader thread (0: inline)
 };
 
 struct Batch {
@@ -55,9 +55,9 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
   Batch next();
-  nlohmann::json state() const;             // position: exact resume with restore()
+  nlohmann::json state() const;               // position: exact resume with restore()
   void restore(const nlohmann::json& state);  // throws naming what does not match
-  int64_t vocab_size() const;               // 256 for text, the config's for synthetic / tokens
+  int64_t vocab_size() const;                 // 256 for text, the config's for synthetic / tokens
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

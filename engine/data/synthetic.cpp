@@ -31,12 +31,13 @@ class MqarSource final : public Source {
                                std::to_string(4 * N_) + ", got T " + std::to_string(T_));
     if (V_ / 2 - 1 < N_)
       throw std::runtime_error("data: vocab_size " + std::to_string(V_) + " is too small for mqar_pairs " +
-                               std::to_string(N_) + " (keys come from [1, vocab/2): need vocab_size >= " +
-                               std::to_string(2 * N_ + 2) + ")");
+                               std::to_string(N_) +
+                               " (keys come from [1, vocab/2): need vocab_size >= " + std::to_string(2 * N_ + 2) + ")");
     const int64_t slots = (T_ - 2 * N_) / 2;
     slot_weight_.resize(static_cast<size_t>(slots));
     constexpr double kPowerA = 0.01;
-    for (int64_t g = 0; g < slots; ++g) slot_weight_[static_cast<size_t>(g)] = std::pow(static_cast<double>(g + 1), kPowerA - 1.0);
+    for (int64_t g = 0; g < slots; ++g)
+      slot_weight_[static_cast<size_t>(g)] = std::pow(static_cast<double>(g + 1), kPowerA - 1.0);
   }
 
   int64_t fill_row(Rng& rng, int32_t* tokens, int32_t* targets) const override {
@@ -44,7 +45,7 @@ class MqarSource final : public Source {
     std::vector<int32_t> keys, values;
     keys.reserve(static_cast<size_t>(N_));
     values.reserve(static_cast<size_t>(N_));
-    draw_distinct(rng, 1, half - 1, &keys);      // [1, V/2)
+    draw_distinct(rng, 1, half - 1, &keys);        // [1, V/2)
     draw_distinct(rng, half, V_ - half, &values);  // [V/2, V)
 
     for (int64_t i = 0; i < T_; ++i) targets[i] = kIgnore;
@@ -81,9 +82,7 @@ class MqarSource final : public Source {
   }
 
   int64_t vocab_size() const override { return V_; }
-  nlohmann::json identity() const override {
-    return {{"task", "mqar"}, {"vocab_size", V_}, {"mqar_pairs", N_}};
-  }
+  nlohmann::json identity() const override { return {{"task", "mqar"}, {"vocab_size", V_}, {"mqar_pairs", N_}}; }
 
  private:
   // Appends N_ distinct values of [lo, lo + n) in draw order (n >= N_ is checked above).
@@ -110,7 +109,8 @@ class MqarSource final : public Source {
 class ByteStreamSource final : public Source {
  public:
   ByteStreamSource(int64_t vocab, int64_t T) : V_(vocab), T_(T) {
-    if (V_ < 8) throw std::runtime_error("data: vocab_size " + std::to_string(V_) + " is too small for task 'bytes' (need >= 8)");
+    if (V_ < 8)
+      throw std::runtime_error("data: vocab_size " + std::to_string(V_) + " is too small for task 'bytes' (need >= 8)");
     static const char* const kPhrases[] = {
         "the quick brown fox jumps over the lazy dog. ",
         "to be or not to be, that is the question. ",

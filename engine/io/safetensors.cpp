@@ -191,7 +191,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     throw std::runtime_error(where + "corrupt header length " + std::to_string(header_len) +
                              " or truncated file: only " + std::to_string(file_size - 8) +
                              " bytes follow the length field");
-  if (header_len < 2) throw std::runtime_error(where + "header length " + std::to_string(header_len) + " is too short for a JSON object");
+  if (header_len < 2)
+    throw std::runtime_error(where + "header length " + std::to_string(header_len) + " is too short for a JSON object");
   std::string json_text(header_len, '\0');
   in.read(json_text.data(), static_cast<std::streamsize>(header_len));
   if (!in) throw std::runtime_error(where + "reading the header failed");
@@ -224,31 +225,37 @@ SafetensorsFile read_safetensors(const std::string& path) {
       if (k != "dtype" && k != "shape" && k != "data_offsets")
         throw std::runtime_error(tw + "unexpected key '" + k + "'");
     }
-    if (!value.contains("dtype") || !value["dtype"].is_string()) throw std::runtime_error(tw + "missing or non-string dtype");
-    if (!value.contains("shape") || !value["shape"].is_array()) throw std::runtime_error(tw + "missing or non-array shape");
+    if (!value.contains("dtype") || !value["dtype"].is_string())
+      throw std::runtime_error(tw + "missing or non-string dtype");
+    if (!value.contains("shape") || !value["shape"].is_array())
+      throw std::runtime_error(tw + "missing or non-array shape");
     if (!value.contains("data_offsets") || !value["data_offsets"].is_array() || value["data_offsets"].size() != 2)
       throw std::runtime_error(tw + "data_offsets must be an array of two integers");
     SafetensorsFile::Entry e;
     const std::string dt = value["dtype"].get<std::string>();
     if (!parse_safetensors_dtype(dt, &e.dtype))
-      throw std::runtime_error(tw + "unknown or unsupported dtype '" + dt + "' (supported: F64 F32 BF16 F16 I64 I32 U16)");
+      throw std::runtime_error(tw + "unknown or unsupported dtype '" + dt +
+                               "' (supported: F64 F32 BF16 F16 I64 I32 U16)");
     if (value["shape"].size() > static_cast<size_t>(kMaxDims))
       throw std::runtime_error(tw + "shape has " + std::to_string(value["shape"].size()) + " dims, more than " +
                                std::to_string(kMaxDims));
     uint64_t bytes = dtype_size(e.dtype);
     for (const auto& d : value["shape"]) {
-      if (!d.is_number_unsigned()) throw std::runtime_error(tw + "shape entry " + d.dump() + " is not a non-negative integer");
+      if (!d.is_number_unsigned())
+        throw std::runtime_error(tw + "shape entry " + d.dump() + " is not a non-negative integer");
       const uint64_t extent = d.get<uint64_t>();
       if (extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || !mul_u64(bytes, extent, &bytes))
         throw std::runtime_error(tw + "shape " + value["shape"].dump() + " overflows");
       e.shape.push_back(static_cast<int64_t>(extent));
     }
     for (const auto& o : value["data_offsets"])
-      if (!o.is_number_unsigned()) throw std::runtime_error(tw + "data_offsets entry " + o.dump() + " is not a non-negative integer");
+      if (!o.is_number_unsigned())
+        throw std::runtime_error(tw + "data_offsets entry " + o.dump() + " is not a non-negative integer");
     e.begin = value["data_offsets"][0].get<uint64_t>();
     e.end = value["data_offsets"][1].get<uint64_t>();
     if (e.begin > e.end)
-      throw std::runtime_error(tw + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] are reversed");
+      throw std::runtime_error(tw + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                               "] are reversed");
     if (e.end - e.begin != bytes)
       throw std::runtime_error(tw + "data_offsets span " + std::to_string(e.end - e.begin) + " bytes but shape " +
                                shape_str(e.shape) + " of " + dt + " needs " + std::to_string(bytes));
@@ -260,11 +267,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
   uint64_t needed = 0;  // saturates at 2^64 - 1
   for (const auto& [name, e] : f.entries) {
     const uint64_t span = e.end - e.begin;
-    needed = span > std::numeric_limits<uint64_t>::max() - needed ? std::numeric_limits<uint64_t>::max() : needed + span;
+    needed =
+        span > std::numeric_limits<uint64_t>::max() - needed ? std::numeric_limits<uint64_t>::max() : needed + span;
   }
   if (needed > data_size)
-    throw std::runtime_error(where + "truncated: the tensors need " + std::to_string(needed) + " bytes of data but only " +
-                             std::to_string(data_size) + " follow the header");
+    throw std::runtime_error(where + "truncated: the tensors need " + std::to_string(needed) +
+                             " bytes of data but only " + std::to_string(data_size) + " follow the header");
   for (const auto& [name, e] : f.entries)
     if (e.end > data_size)
       throw std::runtime_error(where + "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) + ", " +
@@ -286,8 +294,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     expect = e.end;
   }
   if (expect != data_size)
-    throw std::runtime_error(where + "the tensors cover " + std::to_string(expect) + " bytes of data but the file holds " +
-                             std::to_string(data_size));
+    throw std::runtime_error(where + "the tensors cover " + std::to_string(expect) +
+                             " bytes of data but the file holds " + std::to_string(data_size));
 
   f.data.resize(data_size);
   if (data_size > 0) in.read(reinterpret_cast<char*>(f.data.data()), static_cast<std::streamsize>(data_size));

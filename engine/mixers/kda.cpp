@@ -47,14 +47,14 @@ const char* kda_path_name(KdaPath p) {
 // Saved state of one forward call.
 struct KdaSaved {
   KdaConfig cfg;
-  KdaInputs in;            // the caller's tensors (refcounted, no copies)
+  KdaInputs in;  // the caller's tensors (refcounted, no copies)
   kda::Dims dims;
   bool has_h0 = false;
   // fused: the state trajectory and the forward's intra-chunk tiles (kernels/kda.h,
   // ForwardWorkspace: W, U, sQ, Kbar, Aqk, gamma). The backward rewrites the tiles in
   // place, so they serve one backward: a second one on the same saved state throws. It
   // releases A_qk after its first launch (the gradients reuse that memory).
-  Tensor h;                // [B,H,NT,D,D] f32 state trajectory
+  Tensor h;  // [B,H,NT,D,D] f32 state trajectory
   Tensor W, U, sQ, Kbar, Aqk, gamma;
   bool consumed = false;
   // ops (chunked layout, compute dtype)
@@ -66,8 +66,7 @@ struct KdaSaved {
 namespace {
 
 kda::Dims dims_of(const KdaInputs& in, int chunk) {
-  if (!in.q.defined() || in.q.dim() != 4)
-    throw std::invalid_argument("kda: q must be [B, T, H, D]");
+  if (!in.q.defined() || in.q.dim() != 4) throw std::invalid_argument("kda: q must be [B, T, H, D]");
   kda::Dims d;
   d.B = in.q.size(0);
   d.T = in.q.size(1);
@@ -103,9 +102,16 @@ KdaOutput naive_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kd
                             A = host(in.A_log), dt = host(in.dt_bias), h0 = host(in.h0);
   kda::NaiveInputs<double> ni;
   ni.dims = d;
-  ni.q = q.data(); ni.k = k.data(); ni.v = v.data(); ni.f = f.data(); ni.b = b.data();
-  ni.A_log = A.data(); ni.dt_bias = dt.data(); ni.h0 = in.h0.defined() ? h0.data() : nullptr;
-  ni.scale = cfg.scale; ni.gate = cfg.gate;
+  ni.q = q.data();
+  ni.k = k.data();
+  ni.v = v.data();
+  ni.f = f.data();
+  ni.b = b.data();
+  ni.A_log = A.data();
+  ni.dt_bias = dt.data();
+  ni.h0 = in.h0.defined() ? h0.data() : nullptr;
+  ni.scale = cfg.scale;
+  ni.gate = cfg.gate;
   std::vector<double> o(q.size()), ht(static_cast<size_t>(d.B * d.H * d.D * d.D));
   kda::naive_forward<double>(ni, o.data(), ht.data());
   KdaOutput out;
@@ -123,13 +129,21 @@ KdaGrads naive_backward_path(const KdaSaved& s, const Tensor& dO, const Tensor& 
                             dhth = host(dht);
   kda::NaiveInputs<double> ni;
   ni.dims = d;
-  ni.q = q.data(); ni.k = k.data(); ni.v = v.data(); ni.f = f.data(); ni.b = b.data();
-  ni.A_log = A.data(); ni.dt_bias = dt.data(); ni.h0 = s.has_h0 ? h0.data() : nullptr;
-  ni.scale = s.cfg.scale; ni.gate = s.cfg.gate;
+  ni.q = q.data();
+  ni.k = k.data();
+  ni.v = v.data();
+  ni.f = f.data();
+  ni.b = b.data();
+  ni.A_log = A.data();
+  ni.dt_bias = dt.data();
+  ni.h0 = s.has_h0 ? h0.data() : nullptr;
+  ni.scale = s.cfg.scale;
+  ni.gate = s.cfg.gate;
   std::vector<double> dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()), dA(A.size()),
       ddt(dt.size()), dh0(static_cast<size_t>(d.B * d.H * d.D * d.D));
-  kda::naive_backward<double>(ni, dOh.data(), dht.defined() ? dhth.data() : nullptr,
-                              {dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
+  kda::naive_backward<double>(
+      ni, dOh.data(), dht.defined() ? dhth.data() : nullptr,
+      {dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
   const Device dev = in.q.device();
   const DType dt_in = in.q.dtype(), sdt = dt_in == DType::f64 ? DType::f64 : DType::f32;
   KdaGrads g;
@@ -181,23 +195,24 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
 
   auto [qh, rq] = ops::l2norm(to_chunks(in.q.to(cdt), d), 1e-6);
   auto [kh, rk] = ops::l2norm(to_chunks(in.k.to(cdt), d), 1e-6);
-  S.qh = qh; S.kh = kh; S.rq = rq; S.rk = rk;
+  S.qh = qh;
+  S.kh = kh;
+  S.rq = rq;
+  S.rk = rk;
   S.v = to_chunks(in.v.to(cdt), d);
-  S.beta = ops::sigmoid(to_chunks(in.b.to(cdt).unsqueeze(3), d));              // [B,H,NT,C,1]
+  S.beta = ops::sigmoid(to_chunks(in.b.to(cdt).unsqueeze(3), d));  // [B,H,NT,C,1]
   S.x = ops::add(to_chunks(in.f.to(cdt), d), in.dt_bias.to(cdt).reshape({1, H, 1, 1, D}));
   const Tensor ea = ops::exp(in.A_log.to(cdt).reshape({1, H, 1, 1, 1}));
-  if (cfg.gate.use_lower_bound)
-    S.g = ops::mul_scalar(ops::sigmoid(ops::mul(ea, S.x)), cfg.gate.lower_bound);
-  else
-    S.g = ops::neg(ops::mul(ea, ops::softplus(S.x)));
+  if (cfg.gate.use_lower_bound) S.g = ops::mul_scalar(ops::sigmoid(ops::mul(ea, S.x)), cfg.gate.lower_bound);
+  else S.g = ops::neg(ops::mul(ea, ops::softplus(S.x)));
   S.g = ops::mul(S.g, S.valid);
   S.Gam = ops::cumsum(S.g, 3);
-  S.gam = S.Gam.narrow(3, C - 1, 1);                                             // [B,H,NT,1,D]
+  S.gam = S.Gam.narrow(3, C - 1, 1);  // [B,H,NT,1,D]
 
   const Tensor mask_le = ops::tril(Tensor::full({C, C}, 1.0, cdt, dev), 0).view({C, C, 1});
   const Tensor E = gate_ratio(S.Gam, mask_le);
   S.Pkk = ops::tril(scores(kh, kh, E), -1);
-  S.A = ops::mul(S.Pkk, S.beta);                                                 // beta_r P (s < r)
+  S.A = ops::mul(S.Pkk, S.beta);  // beta_r P (s < r)
   S.Aqk = ops::mul_scalar(ops::tril(scores(qh, kh, E), 0), scale);
   const Tensor eG = ops::exp(S.Gam);
   S.Kt = ops::mul(kh, eG);
@@ -216,7 +231,7 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
     ops::matmul_out(On, S.Aqk.select(2, n), Dn, false, false, 1.0, scale);  // A_qk Delta + scale Q~ S
     deltas.push_back(Dn.unsqueeze(2));
     outs.push_back(On.unsqueeze(2));
-    const Tensor eg = ops::exp(S.gam.select(2, n)).transpose(2, 3);        // [B,H,D,1]
+    const Tensor eg = ops::exp(S.gam.select(2, n)).transpose(2, 3);  // [B,H,D,1]
     Tensor next = ops::mul(St, eg);
     ops::matmul_out(next, Kn, Dn, true, false, 1.0, 1.0);
     St = next;
@@ -278,8 +293,8 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
   const Tensor Gqk = ops::mul(dPqk.unsqueeze(-1), E);
   const Tensor Gkk = ops::mul(dPkk.unsqueeze(-1), E);
   const Tensor dq_P = ops::sum(ops::mul(Gqk, S.kh.unsqueeze(3)), 4);
-  const Tensor dk_col = ops::add(ops::sum(ops::mul(Gqk, S.qh.unsqueeze(4)), 3),
-                                 ops::sum(ops::mul(Gkk, S.kh.unsqueeze(4)), 3));
+  const Tensor dk_col =
+      ops::add(ops::sum(ops::mul(Gqk, S.qh.unsqueeze(4)), 3), ops::sum(ops::mul(Gkk, S.kh.unsqueeze(4)), 3));
   const Tensor dk_row = ops::sum(ops::mul(Gkk, S.kh.unsqueeze(3)), 4);
 
   const Tensor eG = ops::exp(S.Gam);
@@ -325,15 +340,19 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
 }
 
 // ---- fused -----------------------------------------------------------------------------
-kda::FusedArgs fused_args(const KdaInputs& in, const KdaConfig& cfg, const kda::Dims& d,
-                          const Tensor& A_log, const Tensor& dt_bias, const Tensor& h0) {
+kda::FusedArgs fused_args(const KdaInputs& in, const KdaConfig& cfg, const kda::Dims& d, const Tensor& A_log,
+                          const Tensor& dt_bias, const Tensor& h0) {
   kda::FusedArgs a;
   a.dims = d;
   a.dtype = in.q.dtype();
   a.scale = static_cast<float>(cfg.scale);
   a.gate = cfg.gate;
   a.tensor_cores = cfg.tensor_cores;
-  a.q = in.q.data_ptr(); a.k = in.k.data_ptr(); a.v = in.v.data_ptr(); a.f = in.f.data_ptr(); a.b = in.b.data_ptr();
+  a.q = in.q.data_ptr();
+  a.k = in.k.data_ptr();
+  a.v = in.v.data_ptr();
+  a.f = in.f.data_ptr();
+  a.b = in.b.data_ptr();
   a.A_log = A_log.data<float>();
   a.dt_bias = dt_bias.data<float>();
   a.h0 = h0.defined() ? h0.data<float>() : nullptr;
@@ -440,13 +459,17 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   g.dA_log = Tensor::empty(in.A_log.shape(), DType::f32, dev);
   g.ddt_bias = Tensor::empty(in.dt_bias.shape(), DType::f32, dev);
   if (sv.has_h0) g.dh0 = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
-  a.dq = g.dq.data_ptr(); a.dk = g.dk.data_ptr(); a.dv = g.dv.data_ptr(); a.df = g.df.data_ptr();
+  a.dq = g.dq.data_ptr();
+  a.dk = g.dk.data_ptr();
+  a.dv = g.dv.data_ptr();
+  a.df = g.df.data_ptr();
   a.db = g.db.data_ptr();
   a.dA_log = g.dA_log.data<float>();
   a.ddt_bias = g.ddt_bias.data<float>();
   a.dh0 = g.dh0.defined() ? g.dh0.data<float>() : nullptr;
   const Tensor dgamma_s = tile_of(wb.gamma, DType::f32, dev), partials = tile_of(wb.partials, DType::f32, dev);
-  ws.dgamma_s = dgamma_s.data<float>(); ws.partials = partials.data<float>();
+  ws.dgamma_s = dgamma_s.data<float>();
+  ws.partials = partials.data<float>();
   run(kda::BackwardPart::adjoints);
   return g;
 }

@@ -33,12 +33,12 @@ KdaPath parse_kda_path(const std::string& name);  // "naive" | "ops" | "fused"
 const char* kda_path_name(KdaPath p);
 
 struct KdaConfig {
-  int chunk = 64;                 // 16, 32 or 64 (ops path: any >= 1)
-  double scale = 0.0;             // 0: D^-1/2
-  kda::Gate gate;                 // default gate, or fla's lower_bound form
+  int chunk = 64;      // 16, 32 or 64 (ops path: any >= 1)
+  double scale = 0.0;  // 0: D^-1/2
+  kda::Gate gate;      // default gate, or fla's lower_bound form
   KdaPath path = KdaPath::fused;
   bool output_final_state = false;
-  bool tensor_cores = true;       // fused: scan kernels on tensor cores (false: fp32 CUDA cores)
+  bool tensor_cores = true;  // fused: scan kernels on tensor cores (false: fp32 CUDA cores)
 };
 
 struct KdaInputs {
@@ -52,8 +52,8 @@ struct KdaInputs {
 struct KdaSaved;
 
 struct KdaOutput {
-  Tensor o;                          // [B,T,H,D]
-  Tensor ht;                         // [B,H,D,D] when requested
+  Tensor o;   // [B,T,H,D]
+  Tensor ht;  // [B,H,D,D] when requested
   std::shared_ptr<KdaSaved> saved;
 };
 

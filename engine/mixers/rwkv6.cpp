@@ -23,7 +23,7 @@ struct Rwkv6Saved {
   Dims dims;
   double scale = 1.0;
   DType u_dtype = DType::f32;  // the caller's u: du leaves in this dtype
-  Tensor h;        // CUDA fused: [B,H,NT,D,D] f32, the state entering each chunk
+  Tensor h;                    // CUDA fused: [B,H,NT,D,D] f32, the state entering each chunk
 };
 
 namespace {
@@ -36,7 +36,8 @@ Dims check_inputs(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   if (!r.defined() || !k.defined() || !v.defined() || !w.defined() || !u.defined()) fail("r, k, v, w, u are required");
   if (r.dim() != 4) fail("r must be [B, T, H, D], got " + shape_str(r.shape()));
   for (const Tensor* t : {&k, &v, &w})
-    if (t->shape() != r.shape()) fail("k, v, w must have r's shape " + shape_str(r.shape()) + ", got " + shape_str(t->shape()));
+    if (t->shape() != r.shape())
+      fail("k, v, w must have r's shape " + shape_str(r.shape()) + ", got " + shape_str(t->shape()));
   for (const Tensor* t : {&k, &v, &w})
     if (t->dtype() != r.dtype() || !(t->device() == r.device())) fail("r, k, v, w must share dtype and device");
   if (!is_floating(r.dtype())) fail("inputs must be a float dtype");
@@ -44,7 +45,8 @@ Dims check_inputs(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   if (cfg.path == Rwkv6Path::fused && cfg.chunk != 16 && cfg.chunk != 32 && cfg.chunk != 64)
     fail("the fused path's chunk must be 16, 32 or 64, got " + std::to_string(cfg.chunk));
   if (cfg.chunk < 1) fail("chunk must be >= 1, got " + std::to_string(cfg.chunk));
-  if (u.shape() != Shape{d.H, d.D}) fail("u must be [H, D] = " + shape_str({d.H, d.D}) + ", got " + shape_str(u.shape()));
+  if (u.shape() != Shape{d.H, d.D})
+    fail("u must be [H, D] = " + shape_str({d.H, d.D}) + ", got " + shape_str(u.shape()));
   if (!(u.device() == r.device())) fail("u must be on r's device");
   if (h0.defined() && h0.shape() != Shape{d.B, d.H, d.D, d.D})
     fail("h0 must be [B, H, D, D] = " + shape_str({d.B, d.H, d.D, d.D}) + ", got " + shape_str(h0.shape()));
@@ -97,19 +99,19 @@ OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, c
   c.k = to_chunks(k, C, ct);
   c.v = to_chunks(v, C, ct);
   c.w = to_chunks(w, C, ct);
-  c.gi = ops::cumsum(c.w, 3);                 // chunk-local, sequential per column
+  c.gi = ops::cumsum(c.w, 3);  // chunk-local, sequential per column
   c.ge = c.gi - c.w;
   c.gamma = c.gi.narrow(3, C - 1, 1);
   // Exponentials of the masked differences: the strict lower triangle only, so every
   // argument is <= 0 and the masked-out ones are -inf (exp -> 0): no inf * 0 anywhere.
-  Tensor diff = c.ge.unsqueeze(4) - c.gi.unsqueeze(3);  // [B,H,NT,C(r),C(s),D]
+  Tensor diff = c.ge.unsqueeze(4) - c.gi.unsqueeze(3);                              // [B,H,NT,C(r),C(s),D]
   Tensor strict = ops::tril(Tensor::full({C, C}, 1.0, ct, dev), -1).unsqueeze(-1);  // [C,C,1]
   Tensor neg_inf = Tensor::full({}, -std::numeric_limits<double>::infinity(), ct, dev);
   c.E = ops::exp(ops::where(strict, diff, neg_inf));
   c.ub = u.to(ct).contiguous().view({1, d.H, 1, 1, d.D});
   c.eyeC = ops::eye(C, ct, dev);
   Tensor A = ops::sum(c.q.unsqueeze(4) * c.k.unsqueeze(3) * c.E, -1);  // [B,H,NT,C,C]
-  Tensor bonus = ops::sum(c.q * c.ub * c.k, -1).unsqueeze(-1);        // [B,H,NT,C,1]
+  Tensor bonus = ops::sum(c.q * c.ub * c.k, -1).unsqueeze(-1);         // [B,H,NT,C,1]
   c.A = (A + bonus * c.eyeC) * scale;
   // Inter-chunk states: S_{n+1} = e^gamma . S_n + (K e^{gamma - Gi})^T V, a host loop.
   c.kd = c.k * ops::exp(c.gamma - c.gi);
@@ -154,9 +156,9 @@ Rwkv6Grads ops_backward(const Rwkv6Inputs& in, const Tensor& dO_tokens, const Te
   }
   Tensor dh = ops::cat(dhs, 2);
   Tensor dV = ops::matmul(c.A, dO, true, false) + ops::matmul(c.kd, dh);
-  Tensor dqS = ops::matmul(dO, c.h, false, true);   // (dO h^T)
-  Tensor dkS = ops::matmul(c.v, dh, false, true);   // (V dh^T)
-  Tensor dPs = ops::tril(dP, -1).unsqueeze(-1);     // strict lower, [B,H,NT,C,C,1]
+  Tensor dqS = ops::matmul(dO, c.h, false, true);  // (dO h^T)
+  Tensor dkS = ops::matmul(c.v, dh, false, true);  // (V dh^T)
+  Tensor dPs = ops::tril(dP, -1).unsqueeze(-1);    // strict lower, [B,H,NT,C,C,1]
   Tensor egi = ops::exp(c.gamma - c.gi);
   Tensor dq_ = dqS * ops::exp(c.ge) * scale + ops::sum(dPs * c.k.unsqueeze(3) * c.E, 4);
   Tensor dk_ = dkS * egi + ops::sum(dPs * c.q.unsqueeze(4) * c.E, 3);
@@ -196,10 +198,8 @@ Rwkv6Output cpu_forward(bool naive, const Rwkv6Inputs& in, const Dims& d, double
   std::vector<F> o(d.tokens_numel()), ht(d.state_numel());
   const F* h0p = in.h0.defined() ? H0.data() : nullptr;
   const F sc = static_cast<F>(scale);
-  if (naive)
-    rwkv6::naive_forward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
-  else
-    rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+  if (naive) rwkv6::naive_forward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+  else rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
   Rwkv6Output out;
   out.o = tensor_of(o, in.r.shape(), in.r.dtype(), in.r.device());
   if (want_ht) out.ht = tensor_of(ht, {d.B, d.H, d.D, d.D}, state_dtype(in.r), in.r.device());
@@ -209,8 +209,7 @@ Rwkv6Output cpu_forward(bool naive, const Rwkv6Inputs& in, const Dims& d, double
 template <class F>
 Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const Tensor& dO, const Tensor& dht,
                         const Dims& d, double scale) {
-  auto R = host<F>(in.r), K = host<F>(in.k), V = host<F>(in.v), W = host<F>(in.w), U = host<F>(in.u),
-       DO = host<F>(dO);
+  auto R = host<F>(in.r), K = host<F>(in.k), V = host<F>(in.v), W = host<F>(in.w), U = host<F>(in.u), DO = host<F>(dO);
   std::vector<F> H0 = in.h0.defined() ? host<F>(in.h0) : std::vector<F>();
   std::vector<F> DHT = dht.defined() ? host<F>(dht) : std::vector<F>();
   const F* h0p = in.h0.defined() ? H0.data() : nullptr;
@@ -219,11 +218,11 @@ Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const T
   const int64_t n = d.tokens_numel();
   std::vector<F> dr(n), dk(n), dv(n), dw(n), du(d.H * d.D), dh0(d.state_numel());
   if (naive)
-    rwkv6::naive_backward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp,
-                             dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+    rwkv6::naive_backward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp, dr.data(),
+                             dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
   else
-    rwkv6::chunk_backward_cpu<F>(d, impl, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(),
-                                 dhtp, dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+    rwkv6::chunk_backward_cpu<F>(d, impl, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp,
+                                 dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
   Rwkv6Grads g;
   const Device dev = in.r.device();
   g.dr = tensor_of(dr, in.r.shape(), in.r.dtype(), dev);
@@ -242,7 +241,8 @@ Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const T
 Rwkv6Inputs cuda_prepare(const Rwkv6Inputs& in, const Dims& d) {
   if (in.r.dtype() != DType::f32 && in.r.dtype() != DType::bf16)
     fail("the fused CUDA path takes f32 or bf16, got " + std::string(dtype_name(in.r.dtype())) + " (use the ops path)");
-  if (d.D % 64 != 0) fail("the fused CUDA path needs D % 64 == 0, got D = " + std::to_string(d.D) + " (use the ops path)");
+  if (d.D % 64 != 0)
+    fail("the fused CUDA path needs D % 64 == 0, got D = " + std::to_string(d.D) + " (use the ops path)");
   Rwkv6Inputs c;
   c.r = in.r.contiguous(), c.k = in.k.contiguous(), c.v = in.v.contiguous(), c.w = in.w.contiguous();
   c.u = in.u.to(DType::f32).contiguous();

@@ -41,15 +41,15 @@ struct BlockContext {
 std::vector<ParamSpec> kda_block_specs(const ModelConfig& cfg, int layer);
 Tensor kda_block_forward(const BlockContext& ctx, const ParamMap& w, const Tensor& x,
                          std::unique_ptr<BlockSaved>& saved);
-Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g,
-                          std::unique_ptr<BlockSaved> saved, const Tensor& dy);
+Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g, std::unique_ptr<BlockSaved> saved,
+                          const Tensor& dy);
 
 // RWKV6 block (fla RWKV6Block): r = pre_norm(x) in layer 0, else x;
 // h = r + attn(attn_norm r); y = h + ffn(ffn_norm h).
 std::vector<ParamSpec> rwkv6_block_specs(const ModelConfig& cfg, int layer);
 Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Tensor& x,
                            std::unique_ptr<BlockSaved>& saved);
-Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g,
-                            std::unique_ptr<BlockSaved> saved, const Tensor& dy);
+Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g, std::unique_ptr<BlockSaved> saved,
+                            const Tensor& dy);
 
 }  // namespace lt::model

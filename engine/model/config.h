@@ -7,7 +7,7 @@
 namespace lt::model {
 
 enum class Arch : uint8_t { kda, rwkv6 };
-Arch parse_arch(const std::string& name);            // "kda" | "rwkv6"; throws naming it
+Arch parse_arch(const std::string& name);  // "kda" | "rwkv6"; throws naming it
 const char* arch_name(Arch a);
 
 // fp32: the reference (pure fp32 GEMMs); tf32: fp32 storage, TF32 GEMMs; bf16: bf16
@@ -23,10 +23,10 @@ struct ModelConfig {
   int64_t hidden_size = 768;
   int64_t num_layers = 2;
   int64_t num_heads = 12;
-  int64_t head_dim = 64;            // KDA: head_dim; RWKV6: hidden_size * expand_k / num_heads
-  int64_t intermediate_size = 0;    // 0: fla's rule (KDA: 256 * ceil(floor(d * 4 * 2/3) / 256);
-                                    //    RWKV6: 32 * ceil(floor(3.5 d) / 32))
-  double norm_eps = 0.0;            // 0: fla's default (KDA 1e-6, RWKV6 1e-5)
+  int64_t head_dim = 64;          // KDA: head_dim; RWKV6: hidden_size * expand_k / num_heads
+  int64_t intermediate_size = 0;  // 0: fla's rule (KDA: 256 * ceil(floor(d * 4 * 2/3) / 256);
+                                  //    RWKV6: 32 * ceil(floor(3.5 d) / 32))
+  double norm_eps = 0.0;          // 0: fla's default (KDA 1e-6, RWKV6 1e-5)
   bool tie_embeddings = false;
   int64_t rwkv6_proj_low_rank_dim = 32;  // fla RWKV6Config.proj_low_rank_dim (lerp LoRA)
   int64_t rwkv6_gate_low_rank_dim = 64;  // fla RWKV6Config.gate_low_rank_dim (decay LoRA)
@@ -35,8 +35,8 @@ struct ModelConfig {
   std::string mixer_path = "auto";  // auto: fused on CUDA, ops on the CPU; or naive | ops | fused
   int chunk = 64;                   // mixer chunk length: 16, 32 or 64
 
-  int64_t intermediate() const;     // intermediate_size, or fla's rule when 0
-  double eps() const;               // norm_eps, or fla's default when 0
+  int64_t intermediate() const;  // intermediate_size, or fla's rule when 0
+  double eps() const;            // norm_eps, or fla's default when 0
 };
 
 }  // namespace lt::model

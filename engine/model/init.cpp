@@ -24,7 +24,8 @@ std::vector<double> host_uniform(const Shape& shape, uint64_t seed, uint64_t off
 // rows = shape[0], cols = product of the rest. Returns scale * Q as row-major [rows, cols]
 // with Q's rows (rows <= cols) or columns (rows > cols) orthonormal.
 std::vector<double> orthogonal_values(const Shape& shape, double scale, uint64_t seed, uint64_t offset) {
-  if (shape.size() < 2) throw std::invalid_argument("init: orthogonal needs a parameter of >= 2 dims, got " + shape_str(shape));
+  if (shape.size() < 2)
+    throw std::invalid_argument("init: orthogonal needs a parameter of >= 2 dims, got " + shape_str(shape));
   const int64_t rows = shape[0], cols = shape_numel(shape) / rows;
   const std::vector<double> a = ops::randn({rows, cols}, seed, offset, DType::f64, Device::cpu()).to_vector();
   // Work on the taller orientation: m >= n, orthonormalise the n columns of an [m, n] matrix.

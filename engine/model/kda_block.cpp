@@ -35,22 +35,22 @@ namespace {
 constexpr int64_t kConvSize = 4;  // fla's conv_size
 
 struct KdaBlockSaved final : BlockSaved {
-  Tensor x;                       // [B, T, d] block input
-  Tensor xn;                      // [B, T, d] attn_norm(x)
+  Tensor x;   // [B, T, d] block input
+  Tensor xn;  // [B, T, d] attn_norm(x)
   nn::NormStats attn_norm;
-  Tensor q_lin, k_lin, v_lin;     // [B, T, H*K] projections before the short convs
-  Tensor f1;                      // [B, T, K] f_proj.0 output
+  Tensor q_lin, k_lin, v_lin;  // [B, T, H*K] projections before the short convs
+  Tensor f1;                   // [B, T, K] f_proj.0 output
   std::shared_ptr<mixers::KdaSaved> kda;
-  Tensor o;                       // [B, T, H, K] KDA output
-  Tensor g1;                      // [B, T, K] g_proj.0 output
-  Tensor gg;                      // [B, T, H, K] gate of the output norm
+  Tensor o;   // [B, T, H, K] KDA output
+  Tensor g1;  // [B, T, K] g_proj.0 output
+  Tensor gg;  // [B, T, H, K] gate of the output norm
   nn::NormStats o_norm;
-  Tensor on;                      // [B, T, H*K] gated-norm output (o_proj input)
-  Tensor h;                       // [B, T, d] after the attention residual
-  Tensor hn;                      // [B, T, d] mlp_norm(h)
+  Tensor on;  // [B, T, H*K] gated-norm output (o_proj input)
+  Tensor h;   // [B, T, d] after the attention residual
+  Tensor hn;  // [B, T, d] mlp_norm(h)
   nn::NormStats mlp_norm;
-  Tensor gate, up;                // [B, T, I]
-  Tensor act;                     // [B, T, I] silu(gate) * up
+  Tensor gate, up;  // [B, T, I]
+  Tensor act;       // [B, T, I] silu(gate) * up
 };
 
 const Tensor& at(const ParamMap& m, const std::string& name) {
@@ -70,10 +70,8 @@ mixers::KdaConfig kda_config(const ModelConfig& cfg, Device device) {
   mixers::KdaConfig k;
   k.chunk = cfg.chunk;
   const bool fused_dim = cfg.head_dim == 64 || cfg.head_dim == 128;
-  if (cfg.mixer_path == "auto")
-    k.path = device.is_cuda() && fused_dim ? mixers::KdaPath::fused : mixers::KdaPath::ops;
-  else
-    k.path = mixers::parse_kda_path(cfg.mixer_path);
+  if (cfg.mixer_path == "auto") k.path = device.is_cuda() && fused_dim ? mixers::KdaPath::fused : mixers::KdaPath::ops;
+  else k.path = mixers::parse_kda_path(cfg.mixer_path);
   return k;
 }
 
@@ -210,8 +208,8 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
     // h = x + o_proj(on)
     Tensor don = nn::linear_backward(dh, s->on, at(w, "attn.o_proj.weight"), at(g, "attn.o_proj.weight"));
     s->on = Tensor();
-    nn::GatedNormGrads dn = nn::gated_rms_norm_backward(don.reshape({B, T, H, K}), s->o, s->gg, at(w, "attn.o_norm.weight"),
-                                                        s->o_norm, at(g, "attn.o_norm.weight"));
+    nn::GatedNormGrads dn = nn::gated_rms_norm_backward(
+        don.reshape({B, T, H, K}), s->o, s->gg, at(w, "attn.o_norm.weight"), s->o_norm, at(g, "attn.o_norm.weight"));
     don = Tensor();
     s->gg = Tensor();
     Tensor dg1 = nn::linear_backward(dn.dg.reshape({B, T, H * K}), s->g1, at(w, "attn.g_proj.1.weight"),

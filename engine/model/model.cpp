@@ -55,7 +55,9 @@ BlockFns block_fns(Arch arch) {
 // entry points runs (on in the tf32 mode, off otherwise), restored on exit.
 class MatmulPrecisionScope {
  public:
-  explicit MatmulPrecisionScope(Precision p) : previous_(ops::matmul_tf32()) { ops::set_matmul_tf32(p == Precision::tf32); }
+  explicit MatmulPrecisionScope(Precision p) : previous_(ops::matmul_tf32()) {
+    ops::set_matmul_tf32(p == Precision::tf32);
+  }
   ~MatmulPrecisionScope() { ops::set_matmul_tf32(previous_); }
   MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
   MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
@@ -66,7 +68,8 @@ class MatmulPrecisionScope {
 
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) throw std::invalid_argument(std::string("model config: ") + key + " must be > 0, got " + std::to_string(v));
+    if (v <= 0)
+      throw std::invalid_argument(std::string("model config: ") + key + " must be > 0, got " + std::to_string(v));
   };
   positive(c.vocab_size, "vocab_size");
   positive(c.hidden_size, "hidden_size");
@@ -77,7 +80,8 @@ void validate(const ModelConfig& c) {
   if (c.norm_eps < 0) throw std::invalid_argument("model config: norm_eps must be >= 0");
   if (c.chunk < 1) throw std::invalid_argument("model config: chunk must be >= 1, got " + std::to_string(c.chunk));
   if (c.mixer_path != "auto" && c.mixer_path != "naive" && c.mixer_path != "ops" && c.mixer_path != "fused")
-    throw std::invalid_argument("model config: mixer_path \"" + c.mixer_path + "\" (expected auto | naive | ops | fused)");
+    throw std::invalid_argument("model config: mixer_path \"" + c.mixer_path +
+                                "\" (expected auto | naive | ops | fused)");
 }
 
 }  // namespace
@@ -88,17 +92,17 @@ struct Model::Impl {
   DType param_dtype;
   DType act_dtype;
   BlockFns fns;
-  std::vector<ParamSpec> specs;           // arena order (decayed first), full names
-  std::vector<int64_t> offsets;           // element offset of specs[i] in the arenas
-  std::vector<uint64_t> init_index;       // specs[i]'s position in fla's order (init streams)
-  std::vector<size_t> fla_order;          // arena indices in fla's state_dict order
+  std::vector<ParamSpec> specs;      // arena order (decayed first), full names
+  std::vector<int64_t> offsets;      // element offset of specs[i] in the arenas
+  std::vector<uint64_t> init_index;  // specs[i]'s position in fla's order (init streams)
+  std::vector<size_t> fla_order;     // arena indices in fla's state_dict order
   std::unordered_map<std::string, size_t> by_name;
   int64_t num_params = 0;
   optim::AdamWArenas arenas;
   // What the step computes with (views into the arenas, made once).
-  std::vector<ParamMap> w, g;             // per layer, names relative to the layer prefix
-  Tensor emb_w, emb_g;                    // [V, d] f32 master (the embedding gathers from it) and grad
-  Tensor head_w, head_g;                  // [V, d] the LM head's GEMM weight (bf16 shadow in bf16) and grad
+  std::vector<ParamMap> w, g;               // per layer, names relative to the layer prefix
+  Tensor emb_w, emb_g;                      // [V, d] f32 master (the embedding gathers from it) and grad
+  Tensor head_w, head_g;                    // [V, d] the LM head's GEMM weight (bf16 shadow in bf16) and grad
   Tensor norm_w, norm_b, norm_gw, norm_gb;  // [d] final norm (bias: RWKV6 only)
 
   Tensor view_of(const Tensor& arena, size_t i) const {
@@ -119,10 +123,11 @@ struct Model::Impl {
 
   void check_batch(const Tensor& tokens, const Tensor& targets, const char* op) const {
     if (tokens.dim() != 2 || (tokens.dtype() != DType::i32 && tokens.dtype() != DType::i64))
-      throw std::invalid_argument(std::string(op) + ": tokens must be [B, T] i32/i64, got " + shape_str(tokens.shape()) +
-                                  " " + dtype_name(tokens.dtype()));
+      throw std::invalid_argument(std::string(op) + ": tokens must be [B, T] i32/i64, got " +
+                                  shape_str(tokens.shape()) + " " + dtype_name(tokens.dtype()));
     if (tokens.device() != device)
-      throw std::invalid_argument(std::string(op) + ": tokens on " + tokens.device().str() + ", model on " + device.str());
+      throw std::invalid_argument(std::string(op) + ": tokens on " + tokens.device().str() + ", model on " +
+                                  device.str());
     if (targets.defined()) {
       if (targets.shape() != tokens.shape())
         throw std::invalid_argument(std::string(op) + ": targets " + shape_str(targets.shape()) + " != tokens " +
@@ -310,7 +315,8 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   nn::embedding_backward(dx, tokens, m.emb_g);
 }
 
-void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum, Tensor correct) {
+void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
+                     Tensor correct) {
   Impl& m = *impl_;
   if (!targets.defined()) throw std::invalid_argument("evaluate: targets are required");
   m.check_batch(tokens, targets, "evaluate");
@@ -334,7 +340,7 @@ Tensor Model::next_token_logits(const Tensor& tokens) {
   MatmulPrecisionScope precision(m.cfg.precision);
   Impl::Trunk trunk;
   Tensor y = m.forward_trunk(tokens, /*training=*/false, trunk);  // [B, T, d]
-  Tensor last = y.select(1, y.size(1) - 1).contiguous();         // [B, d]
+  Tensor last = y.select(1, y.size(1) - 1).contiguous();          // [B, d]
   StageScope s("logits");
   return nn::lm_head_logits(last, m.head_w);
 }
@@ -354,7 +360,8 @@ double Model::flops_per_token(int64_t seq_len) const {
   if (m.cfg.tie_embeddings) gemm += static_cast<double>(m.cfg.vocab_size * m.cfg.hidden_size);
   const double C = static_cast<double>(std::min<int64_t>(m.cfg.chunk, std::max<int64_t>(seq_len, 1)));
   const double D = static_cast<double>(m.cfg.head_dim), H = static_cast<double>(m.cfg.num_heads);
-  const double mixer_fwd = m.cfg.arch == Arch::kda ? 2.0 * (5.0 * C * D + 3.0 * D * D) : 2.0 * (2.0 * C * D + 2.0 * D * D);
+  const double mixer_fwd =
+      m.cfg.arch == Arch::kda ? 2.0 * (5.0 * C * D + 3.0 * D * D) : 2.0 * (2.0 * C * D + 2.0 * D * D);
   return 6.0 * gemm + 3.0 * mixer_fwd * H * static_cast<double>(m.cfg.num_layers);
 }
 
@@ -424,7 +431,8 @@ void Model::load_params(const io::SafetensorsFile& file) {
   Impl& m = *impl_;
   for (size_t a = 0; a < m.specs.size(); ++a) {
     const ParamSpec& s = m.specs[a];
-    if (!file.has(s.name)) throw std::invalid_argument("load_params: " + file.path + " has no tensor \"" + s.name + "\"");
+    if (!file.has(s.name))
+      throw std::invalid_argument("load_params: " + file.path + " has no tensor \"" + s.name + "\"");
     const Tensor t = file.get(s.name);
     if (t.shape() != s.shape)
       throw std::invalid_argument("load_params: " + file.path + ": tensor \"" + s.name + "\" has shape " +

@@ -22,8 +22,8 @@ enum class Init : uint8_t {
 };
 
 struct ParamSpec {
-  std::string name;     // fla's state_dict name (relative to the block inside blocks.h)
-  Shape shape;          // fla's shape
+  std::string name;  // fla's state_dict name (relative to the block inside blocks.h)
+  Shape shape;       // fla's shape
   Init init = Init::normal;
   double scale = 0.02;  // std (normal), gain (xavier_uniform, orthogonal)
   bool decay = true;    // AdamW weight decay (false: norms, biases, A_log, dt_bias, bonus, mu, ...)

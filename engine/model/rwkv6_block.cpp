@@ -41,33 +41,33 @@ namespace {
 constexpr int kLerps = 5;  // m_r, m_w, m_k, m_v, m_g, in fla's order
 
 struct Rwkv6BlockSaved final : BlockSaved {
-  Tensor x;                       // [B, T, d] block input
-  nn::NormStats pre_norm;         // layer 0
-  Tensor r;                       // [B, T, d] residual stream entering attn (pre_norm(x) or x)
-  Tensor a;                       // [B, T, d] attn_norm(r)
+  Tensor x;                // [B, T, d] block input
+  nn::NormStats pre_norm;  // layer 0
+  Tensor r;                // [B, T, d] residual stream entering attn (pre_norm(x) or x)
+  Tensor a;                // [B, T, d] attn_norm(r)
   nn::NormStats attn_norm;
-  Tensor delta;                   // [B, T, d] shift(a) - a
-  Tensor xx;                      // [B, T, d] a + delta * mu_x
-  Tensor z;                       // [B, T, 5R] tanh(xx W_x1^T)
-  Tensor m;                       // [B, T, 5, d] the five data-dependent lerp weights
-  Tensor xl[kLerps];              // [B, T, d] a + delta * m_i
-  Tensor lw;                      // [B, T, Lg] tanh(xl_w L0^T)
-  Tensor w;                       // [B, T, key_dim] -exp(...) (its own derivative)
+  Tensor delta;       // [B, T, d] shift(a) - a
+  Tensor xx;          // [B, T, d] a + delta * mu_x
+  Tensor z;           // [B, T, 5R] tanh(xx W_x1^T)
+  Tensor m;           // [B, T, 5, d] the five data-dependent lerp weights
+  Tensor xl[kLerps];  // [B, T, d] a + delta * m_i
+  Tensor lw;          // [B, T, Lg] tanh(xl_w L0^T)
+  Tensor w;           // [B, T, key_dim] -exp(...) (its own derivative)
   std::shared_ptr<mixers::Rwkv6Saved> mix;
-  Tensor o;                       // [B, T, H, K] mixer output
+  Tensor o;  // [B, T, H, K] mixer output
   nn::NormStats g_norm;
-  Tensor on;                      // [B, T, value_dim] GroupNorm(o)
-  Tensor gg;                      // [B, T, value_dim] gate pre-activation
-  Tensor og;                      // [B, T, value_dim] on * silu(gg) (o_proj input)
-  Tensor h;                       // [B, T, d] after the attention residual
-  Tensor f;                       // [B, T, d] ffn_norm(h)
+  Tensor on;  // [B, T, value_dim] GroupNorm(o)
+  Tensor gg;  // [B, T, value_dim] gate pre-activation
+  Tensor og;  // [B, T, value_dim] on * silu(gg) (o_proj input)
+  Tensor h;   // [B, T, d] after the attention residual
+  Tensor f;   // [B, T, d] ffn_norm(h)
   nn::NormStats ffn_norm;
-  Tensor fd;                      // [B, T, d] shift(f) - f
-  Tensor fk, fr;                  // [B, T, d] f + fd * mu_k, f + fd * mu_r
-  Tensor kpre;                    // [B, T, I] key pre-activation
-  Tensor kact;                    // [B, T, I] relu(kpre)^2
-  Tensor val;                     // [B, T, d] value(kact)
-  Tensor rec;                     // [B, T, d] receptance pre-activation
+  Tensor fd;      // [B, T, d] shift(f) - f
+  Tensor fk, fr;  // [B, T, d] f + fd * mu_k, f + fd * mu_r
+  Tensor kpre;    // [B, T, I] key pre-activation
+  Tensor kact;    // [B, T, I] relu(kpre)^2
+  Tensor val;     // [B, T, d] value(kact)
+  Tensor rec;     // [B, T, d] receptance pre-activation
 };
 
 const Tensor& at(const ParamMap& m, const std::string& name) {
@@ -104,8 +104,7 @@ mixers::Rwkv6Config mixer_config(const ModelConfig& cfg, Device device) {
   c.scale = 1.0;  // fla's RWKV6Attention
   if (cfg.mixer_path == "auto")
     c.path = device.is_cuda() && cfg.head_dim % 64 == 0 ? mixers::Rwkv6Path::fused : mixers::Rwkv6Path::ops;
-  else
-    c.path = mixers::parse_rwkv6_path(cfg.mixer_path);
+  else c.path = mixers::parse_rwkv6_path(cfg.mixer_path);
   return c;
 }
 
@@ -162,8 +161,8 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
                            std::unique_ptr<BlockSaved>& saved) {
   const ModelConfig& cfg = ctx.cfg;
   if (x.dim() != 3 || x.size(2) != cfg.hidden_size)
-    throw std::invalid_argument("rwkv6_block_forward: x must be [B, T, " + std::to_string(cfg.hidden_size) +
-                                "], got " + shape_str(x.shape()));
+    throw std::invalid_argument("rwkv6_block_forward: x must be [B, T, " + std::to_string(cfg.hidden_size) + "], got " +
+                                shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), d = cfg.hidden_size, H = cfg.num_heads, K = cfg.head_dim;
   const int64_t R = cfg.rwkv6_proj_low_rank_dim;
   if (H * K != d)
@@ -198,8 +197,8 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
       // x_proj.2.weight [d, 5R] viewed [5, d, R] (a strided view used in place).
       const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});
       const Tensor W5 = at(w, "attn.x_proj.2.weight").view({d, kLerps, R}).permute({1, 0, 2});
-      s->m = ops::matmul(z5, W5, false, true).permute({1, 0, 2}).reshape({B, T, kLerps, d}) +
-             as(at(w, "attn.x_bias"), dt);
+      s->m =
+          ops::matmul(z5, W5, false, true).permute({1, 0, 2}).reshape({B, T, kLerps, d}) + as(at(w, "attn.x_bias"), dt);
       for (int i = 0; i < kLerps; ++i) s->xl[i] = s->a + s->delta * s->m.select(2, i);
       in.r = nn::linear_forward(s->xl[0], at(w, "attn.r_proj.linear.weight")).view({B, T, H, K});
       s->lw = ops::tanh(nn::linear_forward(s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
@@ -244,8 +243,8 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
   return y;
 }
 
-Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g,
-                            std::unique_ptr<BlockSaved> saved, const Tensor& dy) {
+Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& g, std::unique_ptr<BlockSaved> saved,
+                            const Tensor& dy) {
   auto* s = dynamic_cast<Rwkv6BlockSaved*>(saved.get());
   if (s == nullptr || !s->mix)
     throw std::invalid_argument("rwkv6_block_backward: no saved state from a training forward of an RWKV6 block");
@@ -269,8 +268,8 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     dkact = s->kpre = Tensor();
     Tensor dfk = nn::linear_backward(dkpre, s->fk, at(w, "ffn.key.linear.weight"), at(g, "ffn.key.linear.weight"));
     dkpre = s->fk = Tensor();
-    Tensor dfr = nn::linear_backward(sm.dr, s->fr, at(w, "ffn.receptance.linear.weight"),
-                                     at(g, "ffn.receptance.linear.weight"));
+    Tensor dfr =
+        nn::linear_backward(sm.dr, s->fr, at(w, "ffn.receptance.linear.weight"), at(g, "ffn.receptance.linear.weight"));
     sm = {};
     s->fr = Tensor();
     // f{k,r} = f + fd * mu_{k,r}
@@ -320,8 +319,9 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     // w = -exp(p): dp = dw * w
     Tensor dp = dm.dw.reshape({B, T, H * K}) * s->w;
     dm.dw = s->w = Tensor();
-    Tensor dlw = nn::linear_backward(dp, s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
-                                     at(g, "attn.w_proj.linear.lora.2.weight"), &at(g, "attn.w_proj.linear.lora.2.bias"));
+    Tensor dlw =
+        nn::linear_backward(dp, s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
+                            at(g, "attn.w_proj.linear.lora.2.weight"), &at(g, "attn.w_proj.linear.lora.2.bias"));
     dp = Tensor();
     dxl[1] = nn::linear_backward(tanh_grad(dlw, s->lw), s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight"),
                                  at(g, "attn.w_proj.linear.lora.0.weight"));
@@ -355,11 +355,11 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     const Tensor dm5 = dmm.reshape({B * T, kLerps, d}).permute({1, 0, 2});  // [5, B*T, d]
     const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});  // [5, B*T, R]
     const Tensor W2 = at(w, "attn.x_proj.2.weight");
-    const Tensor W5 = W2.view({d, kLerps, R}).permute({1, 0, 2});           // [5, d, R]
+    const Tensor W5 = W2.view({d, kLerps, R}).permute({1, 0, 2});  // [5, d, R]
     Tensor dz = ops::matmul(dm5, W5).permute({1, 0, 2}).reshape({B, T, kLerps * R});
     Tensor& gW2 = at(g, "attn.x_proj.2.weight");
     const DType gdt = gW2.dtype();
-    Tensor dW5 = ops::matmul(as(dm5, gdt), as(z5, gdt), true, false);       // [5, d, R]
+    Tensor dW5 = ops::matmul(as(dm5, gdt), as(z5, gdt), true, false);  // [5, d, R]
     Tensor gW5 = gW2.view({d, kLerps, R}).permute({1, 0, 2});
     ops::add_(gW5, dW5);
     dmm = Tensor();

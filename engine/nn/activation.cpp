@@ -67,8 +67,7 @@ std::pair<Tensor, Tensor> gated_backward(ActivationOp op, const Tensor& dy, cons
 
 // [..., T, d] viewed as [R, T, d].
 void check_sequence(const Tensor& x, const char* op) {
-  if (x.dim() < 2)
-    throw std::invalid_argument(std::string(op) + ": expected [B, T, d], got " + shape_str(x.shape()));
+  if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected [B, T, d], got " + shape_str(x.shape()));
 }
 
 }  // namespace

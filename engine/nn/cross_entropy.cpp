@@ -35,7 +35,8 @@ HeadShape check_head(const Tensor& x, const Tensor& W, const char* op) {
   detail::check_same_device(x, W, op);
   detail::check_float(x, op);
   if (x.dtype() == DType::f16)
-    throw std::invalid_argument(std::string(op) + ": x " + shape_str(x.shape()) + " has dtype f16; use f32, bf16 or f64");
+    throw std::invalid_argument(std::string(op) + ": x " + shape_str(x.shape()) +
+                                " has dtype f16; use f32, bf16 or f64");
   detail::check_same_dtype(x, W, op);
   if (x.dim() != 2 || W.dim() != 2 || x.size(1) != W.size(1))
     throw std::invalid_argument(std::string(op) + ": expected x [N, d] and W [V, d], got x " + shape_str(x.shape()) +
@@ -94,8 +95,8 @@ void accumulate_loss(const Tensor& row_loss, double inv_count, Tensor& loss_accu
 
 }  // namespace
 
-void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tensor& targets,
-                                    const LmHeadLossArgs& args, Tensor& loss_accum, Tensor& dx, Tensor& dW) {
+void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
+                                    Tensor& loss_accum, Tensor& dx, Tensor& dW) {
   const char* op = "lm_head_cross_entropy_backward";
   const HeadShape s = check_head(x, W, op);
   check_loss_inputs(x, targets, args, loss_accum, op);
@@ -129,14 +130,14 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
       dlogits.copy_(logits);  // rounded to bf16
     }
     Tensor dxc = dx.narrow(0, c0, n);
-    ops::matmul_out(dxc, dlogits, W);                          // [n, V] x [V, d]
-    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);   // [V, n] x [n, d], +=
+    ops::matmul_out(dxc, dlogits, W);                         // [n, V] x [V, d]
+    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
   }
   accumulate_loss(row_loss, args.inv_count, loss_accum);
 }
 
-void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& targets,
-                                   const LmHeadLossArgs& args, Tensor& loss_accum, Tensor correct) {
+void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
+                                   Tensor& loss_accum, Tensor correct) {
   const char* op = "lm_head_cross_entropy_forward";
   const HeadShape s = check_head(x, W, op);
   check_loss_inputs(x, targets, args, loss_accum, op);

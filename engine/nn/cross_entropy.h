@@ -25,18 +25,18 @@ namespace lt::nn {
 struct LmHeadLossArgs {
   int64_t ignore_index = -100;
   double inv_count = 1.0;
-  int64_t chunk_tokens = 4096;   // rows of logits materialised at once
+  int64_t chunk_tokens = 4096;  // rows of logits materialised at once
 };
 
 // Training: loss_accum += loss, dx = d loss / dx ([N, d], x's dtype), dW += d loss / dW
 // (dW f32 [V, d], or f64 for f64 x).
-void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tensor& targets,
-                                    const LmHeadLossArgs& args, Tensor& loss_accum, Tensor& dx, Tensor& dW);
+void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
+                                    Tensor& loss_accum, Tensor& dx, Tensor& dW);
 
 // Evaluation: loss_accum += loss; when `correct` is defined ([N] i32), correct[n] = 1 when
 // the argmax of row n's logits equals its target, 0 otherwise (-1 on ignored rows).
-void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& targets,
-                                   const LmHeadLossArgs& args, Tensor& loss_accum, Tensor correct = Tensor());
+void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
+                                   Tensor& loss_accum, Tensor correct = Tensor());
 
 // Logits of selected rows (for sampling): x [n, d] -> [n, V] f32.
 Tensor lm_head_logits(const Tensor& x, const Tensor& W);

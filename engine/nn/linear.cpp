@@ -39,8 +39,7 @@ Tensor rows_of(const Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor& b) {
   check_weight(x, W, "linear_forward");
   const int64_t out_features = W.size(0);
-  if (b.defined() && (b.dim() != 1 || b.size(0) != out_features || b.dtype() != x.dtype() ||
-                      b.device() != x.device()))
+  if (b.defined() && (b.dim() != 1 || b.size(0) != out_features || b.dtype() != x.dtype() || b.device() != x.device()))
     throw std::invalid_argument("linear_forward: bias " + shape_str(b.shape()) + " " + dtype_name(b.dtype()) +
                                 " must be [" + std::to_string(out_features) + "] " + dtype_name(x.dtype()) +
                                 " on x's device");
@@ -58,16 +57,14 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, Tenso
   y_shape.back() = out_features;
   if (!dy.defined() || dy.shape() != y_shape || dy.dtype() != x.dtype() || dy.device() != x.device())
     throw std::invalid_argument("linear_backward: dy " + (dy.defined() ? shape_str(dy.shape()) : "undefined") +
-                                " must be " + shape_str(y_shape) + " " + dtype_name(x.dtype()) +
-                                " on x's device");
+                                " must be " + shape_str(y_shape) + " " + dtype_name(x.dtype()) + " on x's device");
   const DType gdt = grad_dtype(x.dtype());
-  if (!dW.defined() || dW.shape() != W.shape() || dW.dtype() != gdt || dW.device() != W.device() ||
-      !dW.is_contiguous())
+  if (!dW.defined() || dW.shape() != W.shape() || dW.dtype() != gdt || dW.device() != W.device() || !dW.is_contiguous())
     throw std::invalid_argument("linear_backward: dW " + (dW.defined() ? shape_str(dW.shape()) : "undefined") +
                                 " must be contiguous " + shape_str(W.shape()) + " " + dtype_name(gdt) +
                                 " on W's device");
-  if (db && (!db->defined() || db->shape() != Shape{out_features} || db->dtype() != gdt ||
-             db->device() != W.device() || !db->is_contiguous()))
+  if (db && (!db->defined() || db->shape() != Shape{out_features} || db->dtype() != gdt || db->device() != W.device() ||
+             !db->is_contiguous()))
     throw std::invalid_argument("linear_backward: db " + (db->defined() ? shape_str(db->shape()) : "undefined") +
                                 " must be contiguous [" + std::to_string(out_features) + "] " + dtype_name(gdt) +
                                 " on W's device");

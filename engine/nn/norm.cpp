@@ -62,7 +62,8 @@ void check_param(const Tensor& t, const Shape& shape, const Tensor& x, const std
 
 void check_grad(const Tensor& t, const Shape& shape, const Tensor& x, const std::string& op, const char* name) {
   check_param(t, shape, x, op, name);
-  if (!t.is_contiguous()) fail(op, std::string(name) + " " + desc(t) + " must be contiguous (it is accumulated in place)");
+  if (!t.is_contiguous())
+    fail(op, std::string(name) + " " + desc(t) + " must be contiguous (it is accumulated in place)");
 }
 
 // The row layout of x: L per row, period P, weight shape [P, L] as the caller passes it.

@@ -26,11 +26,11 @@ void check_x_w(const Tensor& x, const Tensor& w, const char* op) {
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16 && x.dtype() != DType::f64)
     fail(op, "x " + desc(x) + ": dtype must be f32, bf16 or f64");
   const DType wd = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  if (w.dim() != 2 || w.size(0) != x.size(2) || w.size(1) < 1 || w.size(1) > kern::kConvMaxWidth ||
-      w.dtype() != wd || w.device() != x.device())
-    fail(op, "w " + desc(w) + " must be [C, W] " + dtype_name(wd) + " " + x.device().str() + " with C = " +
-                 std::to_string(x.size(2)) + ", 1 <= W <= " + std::to_string(kern::kConvMaxWidth) + " (x " + desc(x) +
-                 ")");
+  if (w.dim() != 2 || w.size(0) != x.size(2) || w.size(1) < 1 || w.size(1) > kern::kConvMaxWidth || w.dtype() != wd ||
+      w.device() != x.device())
+    fail(op, "w " + desc(w) + " must be [C, W] " + dtype_name(wd) + " " + x.device().str() +
+                 " with C = " + std::to_string(x.size(2)) + ", 1 <= W <= " + std::to_string(kern::kConvMaxWidth) +
+                 " (x " + desc(x) + ")");
 }
 
 kern::ConvParams params_of(const Tensor& x, const Tensor& w, bool silu) {

@@ -74,7 +74,8 @@ void adamw_step(AdamWArenas& a, const AdamWConfig& cfg, double lr, int64_t t, co
                                 std::to_string(P) + "]");
   check_scalar(norm, dt, dev, op, "norm");
   check_scalar(skipped, DType::i32, dev, op, "skipped");
-  if (t < 1) throw std::invalid_argument(std::string(op) + ": step t = " + std::to_string(t) + " (1-based, must be >= 1)");
+  if (t < 1)
+    throw std::invalid_argument(std::string(op) + ": step t = " + std::to_string(t) + " (1-based, must be >= 1)");
   if (!std::isfinite(lr) || lr < 0.0)
     throw std::invalid_argument(std::string(op) + ": learning rate " + std::to_string(lr) + " must be finite and >= 0");
   if (!(cfg.beta1 >= 0.0 && cfg.beta1 < 1.0) || !(cfg.beta2 >= 0.0 && cfg.beta2 < 1.0))

@@ -40,8 +40,7 @@ double lr_at(const LrSchedule& s, int64_t step) {
     throw std::invalid_argument("lr_at: min_lr_ratio " + std::to_string(s.min_lr_ratio) + " outside [0, 1]");
   if (step < 0) throw std::invalid_argument("lr_at: step " + std::to_string(step) + " < 0");
 
-  if (step < s.warmup_steps)
-    return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  if (step < s.warmup_steps) return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   if (s.decay == LrDecay::constant) return s.lr;
   const int64_t span = s.total_steps - s.warmup_steps;
   const double progress =

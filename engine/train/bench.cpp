@@ -70,9 +70,7 @@ double number_or_nan(const std::string& s) {
     size_t used = 0;
     const double v = std::stod(s, &used);
     return used > 0 ? v : NAN;
-  } catch (...) {
-    return NAN;
-  }
+  } catch (...) { return NAN; }
 }
 
 }  // namespace
@@ -97,11 +95,13 @@ nlohmann::json card_state(Device device) {
                       {"utilization_pct", number_or_nan(f[6])}};
   const std::string uuid = f[7];
   nlohmann::json procs = nlohmann::json::array();
-  const std::string apps = run_capture("nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name --format=csv,noheader");
+  const std::string apps =
+      run_capture("nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name --format=csv,noheader");
   std::istringstream lines(apps);
   for (std::string line; std::getline(lines, line);) {
     const auto p = split(line, ',');
-    if (p.size() >= 3 && p[0] == uuid) procs.push_back({{"pid", static_cast<int64_t>(number_or_nan(p[1]))}, {"name", p[2]}});
+    if (p.size() >= 3 && p[0] == uuid)
+      procs.push_back({{"pid", static_cast<int64_t>(number_or_nan(p[1]))}, {"name", p[2]}});
   }
   j["processes"] = procs;
   return j;
@@ -120,7 +120,8 @@ std::vector<std::string> card_warnings(const nlohmann::json& before, const nlohm
         w.push_back(std::string("another process on the GPU ") + when + " the run: pid " +
                     std::to_string(p.value("pid", int64_t{-1})) + " (" + p.value("name", std::string("?")) + ")");
     const double temp = st->value("temperature_c", 0.0);
-    if (temp >= 80.0) w.push_back(std::string("GPU at ") + std::to_string(static_cast<int>(temp)) + " C " + when + " the run");
+    if (temp >= 80.0)
+      w.push_back(std::string("GPU at ") + std::to_string(static_cast<int>(temp)) + " C " + when + " the run");
   }
   if (before.value("available", false)) {
     const double util = before.value("utilization_pct", 0.0);
@@ -129,8 +130,9 @@ std::vector<std::string> card_warnings(const nlohmann::json& before, const nlohm
   if (after.value("available", false)) {
     const double sm = after.value("sm_clock_mhz", 0.0), mx = after.value("sm_clock_max_mhz", 0.0);
     if (mx > 0.0 && sm > 0.0 && sm < 0.9 * mx)
-      w.push_back("SM clock " + std::to_string(static_cast<int>(sm)) + " MHz at the end of the run, under 90 % of its " +
-                  std::to_string(static_cast<int>(mx)) + " MHz maximum (throttled or power-capped?)");
+      w.push_back("SM clock " + std::to_string(static_cast<int>(sm)) +
+                  " MHz at the end of the run, under 90 % of its " + std::to_string(static_cast<int>(mx)) +
+                  " MHz maximum (throttled or power-capped?)");
   }
   return w;
 }
@@ -210,7 +212,8 @@ std::string bench_compare(const nlohmann::json& a, const nlohmann::json& b, cons
   for (const char* k : {"fwd_ms", "bwd_ms", "optim_ms"})
     row(std::string(k).substr(0, std::string(k).size() - 3), spread_from(a.value(k, nlohmann::json())),
         spread_from(b.value(k, nlohmann::json())));
-  const nlohmann::json sa = a.value("stages", nlohmann::json::object()), sb = b.value("stages", nlohmann::json::object());
+  const nlohmann::json sa = a.value("stages", nlohmann::json::object()),
+                       sb = b.value("stages", nlohmann::json::object());
   for (const auto& [stage, v] : sa.items())
     if (sb.contains(stage)) row("  " + stage, spread_from(v), spread_from(sb[stage]));
   for (const auto& [stage, v] : sa.items())

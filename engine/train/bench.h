@@ -42,8 +42,7 @@ nlohmann::json spread_json(const Spread& s);
 nlohmann::json card_state(Device device);
 // Warnings for a state that is not quiet: other processes on the GPU, utilisation above 5 %
 // before the run, an SM clock under 90 % of its maximum while busy, temperature >= 80 C.
-std::vector<std::string> card_warnings(const nlohmann::json& before, const nlohmann::json& after,
-                                       int64_t own_pid);
+std::vector<std::string> card_warnings(const nlohmann::json& before, const nlohmann::json& after, int64_t own_pid);
 
 // Collects the per-step measurements of one bench run.
 class BenchRecorder {
@@ -57,7 +56,7 @@ class BenchRecorder {
  private:
   std::vector<double> step_ms_;
   std::vector<double> fwd_ms_, bwd_ms_, optim_ms_;
-  std::vector<std::pair<std::string, double>> stage_ms_;   // (stage, inclusive ms) of timed steps
+  std::vector<std::pair<std::string, double>> stage_ms_;  // (stage, inclusive ms) of timed steps
 };
 
 // The per-stage comparison table of two bench result files; throws std::runtime_error

@@ -94,8 +94,8 @@ std::string checkpoint_write(const std::string& out_dir, int64_t step, const std
   fs::create_directories(tmp_dir, ec);
   if (ec) throw std::runtime_error("checkpoint: cannot create '" + tmp_dir + "': " + ec.message());
 
-  const std::map<std::string, std::string> meta = {{"lintrain_state", state.dump()}, {"lintrain_config", config_json},
-                                                   {"format", "pt"}};
+  const std::map<std::string, std::string> meta = {
+      {"lintrain_state", state.dump()}, {"lintrain_config", config_json}, {"format", "pt"}};
   io::write_safetensors(tmp_dir + "/model.safetensors", weights, {{"format", "pt"}});
   io::write_safetensors(tmp_dir + "/state.safetensors", state_tensors, meta);
 
@@ -131,9 +131,7 @@ std::string checkpoint_verify(const std::string& dir) {
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    return std::string("manifest.json is not valid JSON (") + e.what() + ")";
-  }
+  } catch (const std::exception& e) { return std::string("manifest.json is not valid JSON (") + e.what() + ")"; }
   if (!manifest.contains("files") || !manifest["files"].is_object()) return "manifest.json lists no files";
   for (const char* name : kFiles) {
     if (!manifest["files"].contains(name)) return std::string("manifest.json does not list ") + name;
@@ -164,7 +162,8 @@ Checkpoint checkpoint_load(const std::string& dir) {
   auto it = c.state.metadata.find("lintrain_state");
   auto ic = c.state.metadata.find("lintrain_config");
   if (it == c.state.metadata.end() || ic == c.state.metadata.end())
-    throw std::runtime_error("checkpoint '" + dir + "': state.safetensors lacks the lintrain_state / lintrain_config metadata");
+    throw std::runtime_error("checkpoint '" + dir +
+                             "': state.safetensors lacks the lintrain_state / lintrain_config metadata");
   try {
     c.loop_state = nlohmann::json::parse(it->second);
     c.config = nlohmann::ordered_json::parse(ic->second);

@@ -43,9 +43,9 @@ std::string checkpoint_verify(const std::string& dir);
 struct Checkpoint {
   std::string dir;
   int64_t step = 0;
-  io::SafetensorsFile model;   // weights (fla names)
-  io::SafetensorsFile state;   // moments
-  nlohmann::json loop_state;   // metadata "lintrain_state"
+  io::SafetensorsFile model;      // weights (fla names)
+  io::SafetensorsFile state;      // moments
+  nlohmann::json loop_state;      // metadata "lintrain_state"
   nlohmann::ordered_json config;  // metadata "lintrain_config" (the effective config)
 };
 

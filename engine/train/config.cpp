@@ -25,8 +25,8 @@ SchemaEntry boolean(std::string path, bool def, std::string desc) {
   return SchemaEntry{std::move(path), ValueType::boolean, ojson(def), -kInf, kInf, {}, std::move(desc)};
 }
 SchemaEntry string(std::string path, std::string def, std::vector<std::string> choices, std::string desc) {
-  return SchemaEntry{std::move(path), ValueType::string, ojson(std::move(def)), -kInf, kInf, std::move(choices),
-                     std::move(desc)};
+  return SchemaEntry{std::move(path),    ValueType::string, ojson(std::move(def)), -kInf, kInf,
+                     std::move(choices), std::move(desc)};
 }
 
 std::vector<std::string> split_path(const std::string& path) {
@@ -41,15 +41,17 @@ std::string range_text(const SchemaEntry& e) {
   std::ostringstream os;
   if (!e.choices.empty()) {
     os << "one of ";
-    for (size_t i = 0; i < e.choices.size(); ++i) os << (i ? ", " : "") << (e.type == ValueType::string ? "\"" : "")
-                                                      << e.choices[i] << (e.type == ValueType::string ? "\"" : "");
+    for (size_t i = 0; i < e.choices.size(); ++i)
+      os << (i ? ", " : "") << (e.type == ValueType::string ? "\"" : "") << e.choices[i]
+         << (e.type == ValueType::string ? "\"" : "");
     return os.str();
   }
   if (e.type == ValueType::integer || e.type == ValueType::number) {
     bool has_lo = e.min > -kInf, has_hi = e.max < kInf;
     auto num = [&](double v) {
       std::ostringstream s;
-      if (e.type == ValueType::integer) s << static_cast<long long>(v); else s << v;
+      if (e.type == ValueType::integer) s << static_cast<long long>(v);
+      else s << v;
       return s.str();
     };
     if (has_lo && has_hi) os << "in [" << num(e.min) << ", " << num(e.max) << "]";
@@ -80,7 +82,8 @@ ojson check_value(const SchemaEntry& e, const ojson& v) {
         }
         fail_value(e, v.type_name() + std::string(" ") + v.dump());
       }
-      double d = v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>()) : static_cast<double>(v.get<int64_t>());
+      double d =
+          v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>()) : static_cast<double>(v.get<int64_t>());
       if (d < e.min || d > e.max) fail_value(e, v.dump());
       if (!e.choices.empty()) {
         std::string s = v.dump();
@@ -267,8 +270,8 @@ std::string config_schema_help() {
     os << "  " << e.path;
     for (size_t i = e.path.size(); i < 26; ++i) os << ' ';
     os << e.description << "\n";
-    os << "  " << std::string(26, ' ') << "(" << value_type_name(e.type) << (r.empty() ? "" : " " + r)
-       << "; default " << def << ")\n";
+    os << "  " << std::string(26, ' ') << "(" << value_type_name(e.type) << (r.empty() ? "" : " " + r) << "; default "
+       << def << ")\n";
   }
   return os.str();
 }
@@ -372,7 +375,9 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   m.norm_eps = get<double>(eff, "model.norm_eps");
   m.tie_embeddings = get<bool>(eff, "model.tie_embeddings");
   std::string prec = get<std::string>(eff, "model.precision");
-  m.precision = prec == "fp32" ? model::Precision::fp32 : prec == "tf32" ? model::Precision::tf32 : model::Precision::bf16;
+  m.precision = prec == "fp32"   ? model::Precision::fp32
+                : prec == "tf32" ? model::Precision::tf32
+                                 : model::Precision::bf16;
   m.mixer_path = get<std::string>(eff, "model.mixer_path");
   m.chunk = static_cast<int>(get<int64_t>(eff, "model.chunk"));
   if (m.arch == model::Arch::rwkv6 && m.head_dim * m.num_heads > m.hidden_size * 4)
@@ -443,8 +448,8 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
 
 const std::vector<std::string>& config_shape_keys() {
   static const std::vector<std::string> keys = {
-      "model.arch",      "model.vocab_size",        "model.hidden_size",     "model.num_layers",
-      "model.num_heads", "model.head_dim",          "model.intermediate_size", "model.tie_embeddings"};
+      "model.arch",      "model.vocab_size", "model.hidden_size",       "model.num_layers",
+      "model.num_heads", "model.head_dim",   "model.intermediate_size", "model.tie_embeddings"};
   return keys;
 }
 

@@ -43,7 +43,7 @@ const char* value_type_name(ValueType t);  // "an integer", "a number", ...
 // given, integers are restricted to `choices` (empty: any). A string key with check_path
 // names a file or folder (or a glob) that must exist when it is used.
 struct SchemaEntry {
-  std::string path;              // "train.lr"
+  std::string path;  // "train.lr"
   ValueType type;
   nlohmann::ordered_json default_value;
   double min = -1e300, max = 1e300;
@@ -69,18 +69,18 @@ struct TrainConfig {
   int64_t seq_len = 256;
   int64_t grad_accum = 1;
   int64_t steps = 1000;
-  optim::LrSchedule schedule;      // lr, warmup_steps, decay, min_lr_ratio (total_steps = steps)
-  optim::AdamWConfig adamw;        // beta1, beta2, eps, weight_decay, max_grad_norm
+  optim::LrSchedule schedule;  // lr, warmup_steps, decay, min_lr_ratio (total_steps = steps)
+  optim::AdamWConfig adamw;    // beta1, beta2, eps, weight_decay, max_grad_norm
   uint64_t seed = 1234;
-  int64_t eval_every = 100;        // 0: never (still at the end)
+  int64_t eval_every = 100;  // 0: never (still at the end)
   int64_t eval_batches = 4;
   int64_t checkpoint_every = 500;  // 0: only at the end
   int64_t keep_checkpoints = 3;
   int64_t log_every = 10;
-  int64_t sample_every = 0;        // 0: never
+  int64_t sample_every = 0;  // 0: never
   int64_t sample_tokens = 64;
   int64_t max_consecutive_skips = 10;
-  double spike_zscore = 0.0;       // 0: off
+  double spike_zscore = 0.0;  // 0: off
   int64_t spike_window = 100;
 };
 
@@ -90,7 +90,7 @@ struct RunConfig {
   data::DataConfig data;
   TrainConfig train;
   std::string out_dir;
-  std::string device;              // auto | cpu | cuda | cuda:N
+  std::string device;                // auto | cpu | cuda | cuda:N
   nlohmann::ordered_json effective;  // every key, schema order
 };
 

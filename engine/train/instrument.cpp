@@ -47,7 +47,7 @@ struct Instrumentation::Impl {
   alloc::CachingAllocator& A;
   StageTimer timer;
   BenchRecorder bench;
-  int64_t first_step = -1;      // the run's first step (1-based; > 1 after a resume)
+  int64_t first_step = -1;  // the run's first step (1-based; > 1 after a resume)
   int64_t mallocs_at_first = -1;
   bool tracing = false;
   bool bench_timing = false;
@@ -60,11 +60,8 @@ struct Instrumentation::Impl {
 #endif
 
   Impl(const InstrumentOptions& o, Device d, double tps)
-      : opt(o),
-        device(d),
-        tokens_per_step(tps),
-        A(d.is_cuda() ? alloc::cuda_allocator(d.index) : alloc::host_allocator()),
-        timer(d) {
+      : opt(o), device(d), tokens_per_step(tps),
+        A(d.is_cuda() ? alloc::cuda_allocator(d.index) : alloc::host_allocator()), timer(d) {
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda() && opt.bench_steps > 0) {
       set_device(device);
@@ -237,7 +234,8 @@ std::string Instrumentation::summary_line(const nlohmann::json& s) {
   std::snprintf(buf, sizeof buf,
                 "allocator: %lld allocations, %lld cache hits, %lld device mallocs (%lld after step 1), peak in use "
                 "%.1f MB, peak reserved %.1f MB (ratio %.3f), largest free block %.1f MB",
-                static_cast<long long>(s["allocations"].get<int64_t>()), static_cast<long long>(s["cache_hits"].get<int64_t>()),
+                static_cast<long long>(s["allocations"].get<int64_t>()),
+                static_cast<long long>(s["cache_hits"].get<int64_t>()),
                 static_cast<long long>(s["device_mallocs"].get<int64_t>()),
                 static_cast<long long>(s["device_mallocs_after_step1"].get<int64_t>()),
                 s["peak_in_use"].get<double>() / 1e6, s["peak_reserved"].get<double>() / 1e6,

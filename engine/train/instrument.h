@@ -27,15 +27,15 @@
 namespace lt::train {
 
 struct InstrumentOptions {
-  TimerSpec timers;                 // --timers
-  std::string timers_trace;         // --timers-trace FILE (Chrome / Perfetto JSON)
-  std::string metrics_path;         // timer lines are appended here ("" = none)
-  int64_t bench_steps = 0;          // --bench N (0: off)
-  int64_t bench_warmup = 10;        // --bench-warmup W
-  std::string bench_out;            // the result JSON
-  std::string alloc_trace;          // --alloc-trace FILE ("" = off)
-  int64_t alloc_trace_steps = 3;    // steps traced from the first of the run
-  int64_t alloc_snapshot_at = 0;    // --alloc-snapshot-at STEP (0 = never)
+  TimerSpec timers;               // --timers
+  std::string timers_trace;       // --timers-trace FILE (Chrome / Perfetto JSON)
+  std::string metrics_path;       // timer lines are appended here ("" = none)
+  int64_t bench_steps = 0;        // --bench N (0: off)
+  int64_t bench_warmup = 10;      // --bench-warmup W
+  std::string bench_out;          // the result JSON
+  std::string alloc_trace;        // --alloc-trace FILE ("" = off)
+  int64_t alloc_trace_steps = 3;  // steps traced from the first of the run
+  int64_t alloc_snapshot_at = 0;  // --alloc-snapshot-at STEP (0 = never)
 };
 
 class Instrumentation : public StepListener {

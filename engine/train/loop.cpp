@@ -40,9 +40,7 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 uint64_t double_bits(double d) {
   uint64_t u;
@@ -81,7 +79,9 @@ std::string human_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60));
   else std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   return buf;
 }
@@ -110,8 +110,7 @@ void metrics_truncate(const std::string& path, int64_t step) {
     try {
       auto j = nlohmann::json::parse(line);
       if (j.value("step", int64_t{0}) <= step) kept << line << "\n";
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   in.close();
   std::string tmp = path + ".tmp";
@@ -215,11 +214,10 @@ Device resolve_device(const std::string& spec) {
   Device d;
   try {
     d = Device::parse(spec);
-  } catch (const std::exception&) {
-    throw ConfigError("device '" + spec + "': expected auto, cpu, cuda or cuda:N");
-  }
+  } catch (const std::exception&) { throw ConfigError("device '" + spec + "': expected auto, cpu, cuda or cuda:N"); }
   if (d.is_cuda()) {
-    if (!cuda_available()) throw ConfigError("device '" + spec + "': CUDA is not usable here (see the line above); use cpu or auto");
+    if (!cuda_available())
+      throw ConfigError("device '" + spec + "': CUDA is not usable here (see the line above); use cpu or auto");
     if (d.index >= cuda_device_count())
       throw ConfigError("device '" + spec + "': only " + std::to_string(cuda_device_count()) + " CUDA device(s)");
   }
@@ -270,8 +268,9 @@ std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& 
       std::vector<int32_t> idx(logits.size());
       for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<int32_t>(j);
       size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), idx.size()) : idx.size();
-      std::partial_sort(idx.begin(), idx.begin() + static_cast<int64_t>(k), idx.end(),
-                        [&](int32_t a, int32_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+      std::partial_sort(idx.begin(), idx.begin() + static_cast<int64_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+      });
       double mx = logits[static_cast<size_t>(idx[0])];
       std::vector<double> p(k);
       double sum = 0.0;
@@ -312,9 +311,12 @@ std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& token
         if (it == inv.end()) continue;
         const std::string& s = it->second;
         for (size_t i = 0; i < s.size();) {
-          size_t len = (static_cast<uint8_t>(s[i]) & 0x80) == 0 ? 1 : (static_cast<uint8_t>(s[i]) & 0xE0) == 0xC0 ? 2 : 3;
+          size_t len = (static_cast<uint8_t>(s[i]) & 0x80) == 0      ? 1
+                       : (static_cast<uint8_t>(s[i]) & 0xE0) == 0xC0 ? 2
+                                                                     : 3;
           auto b = back.find(s.substr(i, len));
-          if (b != back.end()) out += b->second; else out += s.substr(i, len);
+          if (b != back.end()) out += b->second;
+          else out += s.substr(i, len);
           i += len;
         }
       }
@@ -353,9 +355,7 @@ LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string
   LoadedModel lm;
   try {
     lm.checkpoint = checkpoint_load(dir);
-  } catch (const std::exception& e) {
-    throw ConfigError(e.what());
-  }
+  } catch (const std::exception& e) { throw ConfigError(e.what()); }
   // export and sample need no data files: the run's data may have moved.
   lm.config = config_resolve(lm.checkpoint.config, need_data);
   Device dev = resolve_device(device_spec);
@@ -373,19 +373,16 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   // ---- everything that can be bad input is checked before the first write -------------
   std::optional<Checkpoint> resume_from;
   if (options.resume != "auto" && options.resume != "none") {
-    if (!fs::is_directory(options.resume)) throw ConfigError("--resume '" + options.resume + "': no such checkpoint folder");
+    if (!fs::is_directory(options.resume))
+      throw ConfigError("--resume '" + options.resume + "': no such checkpoint folder");
     try {
       resume_from = checkpoint_load(options.resume);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("--resume: ") + e.what());
-    }
+    } catch (const std::exception& e) { throw ConfigError(std::string("--resume: ") + e.what()); }
   } else if (options.resume == "auto") {
     if (auto dir = checkpoint_find_latest(rc.out_dir)) {
       try {
         resume_from = checkpoint_load(*dir);
-      } catch (const std::exception& e) {
-        throw ConfigError(std::string("--resume auto: ") + e.what());
-      }
+      } catch (const std::exception& e) { throw ConfigError(std::string("--resume auto: ") + e.what()); }
     } else if (!checkpoint_list(rc.out_dir).empty()) {
       spdlog::warn("no checkpoint in {} verifies: starting from scratch", rc.out_dir);
     }
@@ -417,18 +414,14 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   std::unique_ptr<data::Loader> train_loader;
   try {
     model = std::make_unique<model::Model>(rc.model, dev);
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("model: ") + e.what());
-  }
+  } catch (const std::invalid_argument& e) { throw ConfigError(std::string("model: ") + e.what()); }
   try {
     train_loader = std::make_unique<data::Loader>(rc.data, data::Split::train, B, T, tc.seed);
     data::Loader probe(rc.data, data::Split::val, B, T, tc.seed);
     if (probe.vocab_size() > rc.model.vocab_size)
       throw ConfigError("data vocabulary " + std::to_string(probe.vocab_size()) + " exceeds model.vocab_size " +
                         std::to_string(rc.model.vocab_size));
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const std::exception& e) {
+  } catch (const ConfigError&) { throw; } catch (const std::exception& e) {
     throw ConfigError(std::string("data: ") + e.what());
   }
   if (resume_from) {
@@ -445,7 +438,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     fs::create_directories(rc.out_dir, ec);
     std::string probe = (fs::path(rc.out_dir) / (".write-test." + std::to_string(::getpid()))).string();
     FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "w");
-    if (!f) throw ConfigError("config key 'out': folder '" + rc.out_dir + "' cannot be written" + (ec ? " (" + ec.message() + ")" : ""));
+    if (!f)
+      throw ConfigError("config key 'out': folder '" + rc.out_dir + "' cannot be written" +
+                        (ec ? " (" + ec.message() + ")" : ""));
     std::fclose(f);
     fs::remove(probe, ec);
   }
@@ -506,8 +501,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   };
 
   if (step >= tc.steps) {
-    spdlog::info("nothing to do: the run in {} already reached step {} of {} (raise --steps, or --resume none to start over)",
-                 rc.out_dir, step, tc.steps);
+    spdlog::info(
+        "nothing to do: the run in {} already reached step {} of {} (raise --steps, or --resume none to start over)",
+        rc.out_dir, step, tc.steps);
     return RunResult::finished;
   }
 
@@ -583,7 +579,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
         double z = sd > 0 ? (st.loss - mean) / sd : 0.0;
         if (z > tc.spike_zscore) {
           char buf[96];
-          std::snprintf(buf, sizeof buf, "loss spike (%.4g, z = %.1f over the last %zu steps)", st.loss, z, window.size());
+          std::snprintf(buf, sizeof buf, "loss spike (%.4g, z = %.1f over the last %zu steps)", st.loss, z,
+                        window.size());
           st.skip_reason = buf;
         }
       }
@@ -639,11 +636,11 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       char mfu_text[16] = "-";
       if (peak > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
       char line[320];
-      std::snprintf(line, sizeof line,
-                    "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
-                    static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s,
-                    ema_ms, mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(),
-                    human_duration(eta).c_str());
+      std::snprintf(
+          line, sizeof line,
+          "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
+          static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s, ema_ms,
+          mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(), human_duration(eta).c_str());
       if (live) std::fprintf(stderr, "\r\033[K%s", line), std::fflush(stderr);
       else spdlog::info("{}", line);
     }
@@ -651,9 +648,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     if (st.skipped && consecutive >= tc.max_consecutive_skips) {
       clear_live();
       auto kept = checkpoint_list(rc.out_dir);
-      spdlog::error("stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
-                    "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
-                    consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
+      spdlog::error(
+          "stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
+          "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
+          consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
       result = RunResult::too_many_skips;
       break;
     }
@@ -693,10 +691,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
     if (stop) {
       clear_live();
-      spdlog::info("{} received: stopped after step {} with a checkpoint. Resume with: trainer --config {} --resume auto{}",
-                   g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
-                   options.config_path.empty() ? "<config>" : options.config_path,
-                   " --out " + rc.out_dir);
+      spdlog::info(
+          "{} received: stopped after step {} with a checkpoint. Resume with: trainer --config {} --resume auto{}",
+          g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
+          options.config_path.empty() ? "<config>" : options.config_path, " --out " + rc.out_dir);
       result = RunResult::interrupted;
       break;
     }
@@ -707,7 +705,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     std::signal(SIGTERM, SIG_DFL);
   }
   g_step.store(0, std::memory_order_relaxed);
-  if (result == RunResult::finished) spdlog::info("done: {} steps ({} updates skipped); checkpoints in {}", step, skipped, rc.out_dir);
+  if (result == RunResult::finished)
+    spdlog::info("done: {} steps ({} updates skipped); checkpoints in {}", step, skipped, rc.out_dir);
   return result;
 }
 

@@ -37,21 +37,21 @@ namespace lt::train {
 
 // What one step did, handed to the step listener after the step.
 struct StepStats {
-  int64_t step = 0;          // 1-based number of the step just finished
-  double loss = 0.0;         // mean token loss of the step
+  int64_t step = 0;   // 1-based number of the step just finished
+  double loss = 0.0;  // mean token loss of the step
   double lr = 0.0;
-  double grad_norm = 0.0;    // before clipping
+  double grad_norm = 0.0;  // before clipping
   bool skipped = false;
-  std::string skip_reason;   // "non-finite loss", "loss spike (z = 7.1)", ...
-  double ms = 0.0;           // wall time of the step
-  int64_t tokens = 0;        // tokens processed (B * T * grad_accum)
+  std::string skip_reason;  // "non-finite loss", "loss spike (z = 7.1)", ...
+  double ms = 0.0;          // wall time of the step
+  int64_t tokens = 0;       // tokens processed (B * T * grad_accum)
 };
 
 // Hooks around every step, for the per-stage timers (and anything else that must see
 // step boundaries). Called on the training thread.
 struct StepListener {
   virtual ~StepListener() = default;
-  virtual void before_step(int64_t step) { (void)step; }          // step: 1-based, about to run
+  virtual void before_step(int64_t step) { (void)step; }  // step: 1-based, about to run
   virtual void after_step(const StepStats& stats) { (void)stats; }
 };
 
@@ -62,11 +62,11 @@ int64_t current_train_step();
 enum class RunResult : uint8_t { finished, interrupted, too_many_skips };
 
 struct RunOptions {
-  std::string resume = "auto";     // auto | none | a checkpoint folder
-  std::string config_path;         // shown in the resume hint
+  std::string resume = "auto";  // auto | none | a checkpoint folder
+  std::string config_path;      // shown in the resume hint
   StepListener* listener = nullptr;
-  bool handle_signals = true;      // install the SIGINT / SIGTERM handlers
-  bool measure_only = false;       // the bench arm: no evaluation, no checkpoints, no resume
+  bool handle_signals = true;  // install the SIGINT / SIGTERM handlers
+  bool measure_only = false;   // the bench arm: no evaluation, no checkpoints, no resume
 };
 
 // Runs (or resumes) the training described by rc. Throws ConfigError for bad input found
@@ -88,9 +88,9 @@ struct LoadedModel {
 LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string& device_spec, bool need_data);
 
 struct EvalResult {
-  double loss = 0.0;        // mean token loss over the batches
-  double accuracy = 0.0;    // argmax == target over the scored targets
-  int64_t targets = 0;      // scored targets
+  double loss = 0.0;      // mean token loss over the batches
+  double accuracy = 0.0;  // argmax == target over the scored targets
+  int64_t targets = 0;    // scored targets
 };
 // Validation loss and accuracy over `batches` fresh validation batches (the same batches
 // every call: the validation loader restarts from the seed).
@@ -98,8 +98,8 @@ EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches);
 
 // Autoregressive sampling from `prompt`: n tokens, temperature (0: greedy) and top-k (0: all),
 // deterministic by seed.
-std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& prompt, int64_t n,
-                                   double temperature, int64_t top_k, uint64_t seed);
+std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, double temperature,
+                                   int64_t top_k, uint64_t seed);
 
 // Text for sampled tokens: bytes for byte vocabularies (source text / synthetic bytes); for
 // token data, decoded with the tokenizer.json beside the shards when there is one, else the ids.

@@ -122,7 +122,8 @@ std::string TimerSpec::str() const {
 std::string StepTiming::table() const {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "timers: step %lld  %.3f ms/step  (fwd %.3f  bwd %.3f  optim %.3f ms)  %lld launches\n",
+  std::snprintf(line, sizeof line,
+                "timers: step %lld  %.3f ms/step  (fwd %.3f  bwd %.3f  optim %.3f ms)  %lld launches\n",
                 static_cast<long long>(step), step_ms, fwd_ms, bwd_ms, optim_ms, static_cast<long long>(launches));
   os << line;
   std::snprintf(line, sizeof line, "  %-48s %6s %8s %10s %10s %7s\n", "stage", "calls", "launches", "incl ms",
@@ -149,8 +150,12 @@ nlohmann::json StepTiming::to_json() const {
   j["launches"] = launches;
   nlohmann::json arr = nlohmann::json::array();
   for (const StageTime& s : stages)
-    arr.push_back({{"stage", s.stage}, {"calls", s.calls}, {"launches", s.launches}, {"ms", s.inclusive_ms},
-                   {"self_ms", s.self_ms}, {"share", s.share}});
+    arr.push_back({{"stage", s.stage},
+                   {"calls", s.calls},
+                   {"launches", s.launches},
+                   {"ms", s.inclusive_ms},
+                   {"self_ms", s.self_ms},
+                   {"share", s.share}});
   j["stages"] = std::move(arr);
   return j;
 }
@@ -163,8 +168,8 @@ struct StageTimer::Impl {
   struct Mark {
     std::string stage;
     bool entering = false;
-    int event = -1;        // index into `events` (CUDA)
-    int64_t host_ns = 0;   // steady clock (CPU; and the host side of every mark)
+    int event = -1;       // index into `events` (CUDA)
+    int64_t host_ns = 0;  // steady clock (CPU; and the host side of every mark)
     uintptr_t stream = 0;
     int64_t in_use = 0, reserved = 0;
   };
@@ -330,10 +335,8 @@ StepTiming StageTimer::end_step() {
       Agg& a = agg[m.stage];
       a.calls += 1;
       a.inclusive += at - begin;
-      if (stack.empty())
-        top_ms += at - begin;
-      else
-        children_ms[stack.back().first] += at - begin;
+      if (stack.empty()) top_ms += at - begin;
+      else children_ms[stack.back().first] += at - begin;
       I.slices.push_back({m.stage, m.stream, step_base_us + begin * 1e3, (at - begin) * 1e3});
     }
   }
@@ -405,20 +408,32 @@ StepTiming StageTimer::end_step() {
 nlohmann::json StageTimer::chrome_trace() const {
   const Impl& I = *impl_;
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "lintrain " + I.device.str()}}}});
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "lintrain " + I.device.str()}}}});
   std::map<uintptr_t, bool> streams;
   for (const Impl::Slice& s : I.slices) {
     streams[s.stream] = true;
-    events.push_back({{"ph", "X"}, {"name", s.stage}, {"cat", "stage"}, {"pid", 0}, {"tid", s.stream},
-                      {"ts", s.begin_us}, {"dur", s.dur_us}});
+    events.push_back({{"ph", "X"},
+                      {"name", s.stage},
+                      {"cat", "stage"},
+                      {"pid", 0},
+                      {"tid", s.stream},
+                      {"ts", s.begin_us},
+                      {"dur", s.dur_us}});
   }
   for (const auto& [id, unused] : streams) {
     (void)unused;
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", id},
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", 0},
+                      {"tid", id},
                       {"args", {{"name", id == 0 ? std::string("default stream") : "stream " + std::to_string(id)}}}});
   }
   for (const Impl::Sample& s : I.samples)
-    events.push_back({{"ph", "C"}, {"name", "allocator bytes"}, {"pid", 0}, {"ts", s.ts_us},
+    events.push_back({{"ph", "C"},
+                      {"name", "allocator bytes"},
+                      {"pid", 0},
+                      {"ts", s.ts_us},
                       {"args", {{"in_use", s.in_use}, {"reserved", s.reserved}}}});
   for (const auto& [ts, n] : I.step_launches)
     events.push_back({{"ph", "C"}, {"name", "launches per step"}, {"pid", 0}, {"ts", ts}, {"args", {{"launches", n}}}});

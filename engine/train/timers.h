@@ -50,22 +50,22 @@ struct TimerSpec {
 };
 
 struct StageTime {
-  std::string stage;       // full path, e.g. "fwd/L0/attn/kda"
-  std::string label;       // the path below its nearest timed ancestor ("kda"; "optim/clip" at the top)
-  int depth = 0;           // number of '/' in the path
-  int64_t calls = 0;       // scopes of this stage in the step
-  int64_t launches = 0;    // kernel launches, this stage and its children (inclusive)
+  std::string stage;     // full path, e.g. "fwd/L0/attn/kda"
+  std::string label;     // the path below its nearest timed ancestor ("kda"; "optim/clip" at the top)
+  int depth = 0;         // number of '/' in the path
+  int64_t calls = 0;     // scopes of this stage in the step
+  int64_t launches = 0;  // kernel launches, this stage and its children (inclusive)
   double inclusive_ms = 0.0;
-  double self_ms = 0.0;    // inclusive less the children's inclusive time
-  double share = 0.0;      // inclusive / step
+  double self_ms = 0.0;  // inclusive less the children's inclusive time
+  double share = 0.0;    // inclusive / step
 };
 
 struct StepTiming {
   int64_t step = 0;
-  double step_ms = 0.0;              // begin_step -> end_step
+  double step_ms = 0.0;                               // begin_step -> end_step
   double fwd_ms = 0.0, bwd_ms = 0.0, optim_ms = 0.0;  // top-level stages fwd, bwd, optim
-  int64_t launches = 0;              // all launches in the step
-  std::vector<StageTime> stages;     // depth-first, children after their parent, by name
+  int64_t launches = 0;                               // all launches in the step
+  std::vector<StageTime> stages;                      // depth-first, children after their parent, by name
   // The table: stage tree, calls, launches, inclusive ms, self ms, share of the step.
   std::string table() const;
   // One metrics line: {"kind": "timers", "step": .., "step_ms": .., "fwd_ms": ..,

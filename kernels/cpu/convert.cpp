@@ -20,22 +20,20 @@ void convert_loop(const IterParams& p) {
       std::memmove(out, in, static_cast<size_t>(p.numel) * sizeof(Out));
       return;
     }
-    iter_for_each<2>(p, [&](const int64_t (&o)[2]) { out[o[0]] = in[o[1]]; });
+    iter_for_each<2>(p, [&](const int64_t(&o)[2]) { out[o[0]] = in[o[1]]; });
   } else if constexpr (std::is_same_v<In, float> && is_half_v<Out>) {
-    iter_for_each<2>(p, [&](const int64_t (&o)[2]) { out[o[0]] = Out(in[o[1]]); });
+    iter_for_each<2>(p, [&](const int64_t(&o)[2]) { out[o[0]] = Out(in[o[1]]); });
   } else {
-    iter_for_each<2>(p, [&](const int64_t (&o)[2]) {
-      out[o[0]] = element_from_double<Out>(element_to_double(in[o[1]]));
-    });
+    iter_for_each<2>(p,
+                     [&](const int64_t(&o)[2]) { out[o[0]] = element_from_double<Out>(element_to_double(in[o[1]])); });
   }
 }
 
 }  // namespace
 
 void convert(DType out_dtype, DType in_dtype, const IterParams& p, uintptr_t) {
-  visit_dtype(out_dtype, [&](auto o) {
-    visit_dtype(in_dtype, [&](auto i) { convert_loop<decltype(o), decltype(i)>(p); });
-  });
+  visit_dtype(out_dtype,
+              [&](auto o) { visit_dtype(in_dtype, [&](auto i) { convert_loop<decltype(o), decltype(i)>(p); }); });
 }
 
 }  // namespace lt::kern::cpu

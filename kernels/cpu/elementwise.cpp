@@ -18,7 +18,7 @@ void binary_loop(const IterParams& p) {
   const T* a = static_cast<const T*>(p.data[1]);
   const T* b = static_cast<const T*>(p.data[2]);
   Op op;
-  iter_for_each<3>(p, [&](const int64_t (&o)[3]) {
+  iter_for_each<3>(p, [&](const int64_t(&o)[3]) {
     out[o[0]] = store_from_compute<T>(op(load_as_compute(a[o[1]]), load_as_compute(b[o[2]])));
   });
 }
@@ -30,9 +30,8 @@ void unary_loop(const IterParams& p, double alpha, double beta) {
   const T* x = static_cast<const T*>(p.data[1]);
   const C ca = static_cast<C>(alpha), cb = static_cast<C>(beta);
   Op op;
-  iter_for_each<2>(p, [&](const int64_t (&o)[2]) {
-    out[o[0]] = store_from_compute<T>(op(load_as_compute(x[o[1]]), ca, cb));
-  });
+  iter_for_each<2>(
+      p, [&](const int64_t(&o)[2]) { out[o[0]] = store_from_compute<T>(op(load_as_compute(x[o[1]]), ca, cb)); });
 }
 
 template <class T>
@@ -41,16 +40,14 @@ void where_loop(const IterParams& p) {
   const T* c = static_cast<const T*>(p.data[1]);
   const T* a = static_cast<const T*>(p.data[2]);
   const T* b = static_cast<const T*>(p.data[3]);
-  iter_for_each<4>(p, [&](const int64_t (&o)[4]) {
-    out[o[0]] = load_as_compute(c[o[1]]) != 0 ? a[o[2]] : b[o[3]];
-  });
+  iter_for_each<4>(p, [&](const int64_t(&o)[4]) { out[o[0]] = load_as_compute(c[o[1]]) != 0 ? a[o[2]] : b[o[3]]; });
 }
 
 template <class T>
 void fill_loop(const IterParams& p, double value) {
   T* out = static_cast<T*>(p.data[0]);
   const T v = element_from_double<T>(value);
-  iter_for_each<1>(p, [&](const int64_t (&o)[1]) { out[o[0]] = v; });
+  iter_for_each<1>(p, [&](const int64_t(&o)[1]) { out[o[0]] = v; });
 }
 
 }  // namespace

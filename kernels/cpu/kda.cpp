@@ -72,8 +72,15 @@ SeqTokens<Real> seq_tokens(const NaiveInputs<Real>& in, int64_t b, int64_t h) {
   const int D = dm.D;
   const int64_t T = dm.T, H = dm.H;
   SeqTokens<Real> s;
-  s.qh.resize(T * D); s.kh.resize(T * D); s.g.resize(T * D); s.dgdx.resize(T * D);
-  s.dgda.resize(T * D); s.v.resize(T * D); s.rq.resize(T); s.rk.resize(T); s.beta.resize(T);
+  s.qh.resize(T * D);
+  s.kh.resize(T * D);
+  s.g.resize(T * D);
+  s.dgdx.resize(T * D);
+  s.dgda.resize(T * D);
+  s.v.resize(T * D);
+  s.rq.resize(T);
+  s.rk.resize(T);
+  s.beta.resize(T);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t row = ((b * T + t) * H + h) * D;
     const Real* q = in.q + row;
@@ -103,8 +110,8 @@ Real resolve_scale(Real scale, int D) {
 // Runs the recurrence of one sequence; if traj is non-null stores S_{t-1} for every t and
 // the final state at index T ([T+1][D][D]).
 template <class Real>
-void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t b, int64_t h,
-                 Real* o, Real* ht, std::vector<Real>* traj) {
+void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t b, int64_t h, Real* o, Real* ht,
+                 std::vector<Real>* traj) {
   const auto& dm = in.dims;
   const int D = dm.D;
   const int64_t T = dm.T, H = dm.H;
@@ -165,8 +172,7 @@ void naive_forward(const NaiveInputs<Real>& in, Real* o, Real* ht) {
 }
 
 template <class Real>
-void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht,
-                    const NaiveGrads<Real>& gr) {
+void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht, const NaiveGrads<Real>& gr) {
   const auto& dm = in.dims;
   const int D = dm.D;
   const int64_t T = dm.T, H = dm.H, B = dm.B;
@@ -260,8 +266,7 @@ template void naive_forward<double>(const NaiveInputs<double>&, double*, double*
 template void naive_forward<float>(const NaiveInputs<float>&, float*, float*);
 template void naive_backward<double>(const NaiveInputs<double>&, const double*, const double*,
                                      const NaiveGrads<double>&);
-template void naive_backward<float>(const NaiveInputs<float>&, const float*, const float*,
-                                    const NaiveGrads<float>&);
+template void naive_backward<float>(const NaiveInputs<float>&, const float*, const float*, const NaiveGrads<float>&);
 
 }  // namespace lt::kda
 
@@ -436,7 +441,6 @@ void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
     });
   for (auto& th : threads) th.join();
 }
-
 
 template <class G, class T, bool kTC>
 void twin_forward(const FusedArgs& a, const ForwardWorkspace& ws) {

@@ -56,8 +56,7 @@ void matmul_loop(const MatmulParams& p) {
     const T* b = B + bi * p.stride_b;
     U* c = Cm + bi * p.stride_c;
     for (int64_t m = 0; m < p.M; ++m) {
-      for (int64_t k = 0; k < p.K; ++k)
-        a_row[k] = load<T, kTf32>(p.trans_a ? a[k * p.lda + m] : a[m * p.lda + k]);
+      for (int64_t k = 0; k < p.K; ++k) a_row[k] = load<T, kTf32>(p.trans_a ? a[k * p.lda + m] : a[m * p.lda + k]);
       if (!p.trans_b) {
         for (int64_t n = 0; n < p.N; ++n) acc[n] = 0.0;
         for (int64_t k = 0; k < p.K; ++k) {

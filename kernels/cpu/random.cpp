@@ -15,7 +15,7 @@ template <class T>
 void random_loop(RandomKind kind, const RandomParams& p) {
   T* out = static_cast<T*>(p.it.data[0]);
   int64_t i = 0;
-  iter_for_each<1>(p.it, [&](const int64_t (&o)[1]) {
+  iter_for_each<1>(p.it, [&](const int64_t(&o)[1]) {
     const uint64_t n = p.offset + static_cast<uint64_t>(i++);
     double v;
     if (kind == RandomKind::uniform) {

@@ -14,7 +14,7 @@ void reduce_loop(ReduceOp op, const ReduceParams& p) {
   using C = compute_t<T>;
   T* out = static_cast<T*>(p.it.data[0]);
   const T* in = static_cast<const T*>(p.it.data[1]);
-  iter_for_each<2>(p.it, [&](const int64_t (&o)[2]) {
+  iter_for_each<2>(p.it, [&](const int64_t(&o)[2]) {
     const T* line = in + o[1];
     C acc;
     if (op == ReduceOp::sum) {

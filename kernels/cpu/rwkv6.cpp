@@ -40,17 +40,17 @@ inline int64_t st(const Dims& d, int64_t b, int64_t h, int64_t n) {
 template <class F>
 struct ChunkGates {
   int64_t C, D, L, NB;
-  std::vector<F> w, gi, ge;      // [C, D]
-  std::vector<F> gamma;          // [D]
-  std::vector<F> gs, gend, eW;   // [NB, D]: block start reference, block end, e^{block decay}
+  std::vector<F> w, gi, ge;     // [C, D]
+  std::vector<F> gamma;         // [D]
+  std::vector<F> gs, gend, eW;  // [NB, D]: block start reference, block end, e^{block decay}
 
   // Tensor-core variant only: invW = e^{gs - gend} (= 1 / eW) in safe columns, 0 in columns
   // whose block decay exceeds kSafeRange (there the diagonal block is summed elementwise).
-  std::vector<F> invW;           // [NB, D]
+  std::vector<F> invW;  // [NB, D]
 
   ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n, Variant var = Variant::simt)
-      : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock),
-        w(C * D, F(0)), gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
+      : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock), w(C * D, F(0)),
+        gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
     const bool tc = var == Variant::tensor_core;
     for (int64_t r = 0; r < L; ++r)
       for (int64_t i = 0; i < D; ++i) w[r * D + i] = wp[tok(d, b, n * C + r, h, i)];
@@ -100,8 +100,8 @@ inline F rb16(F x) {
 // =======================================================================================
 // 1. Naive recurrence
 template <class F>
-void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                   const F* u, const F* h0, F* o, F* ht) {
+void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                   F* o, F* ht) {
   check_dims(d, false);
   const int64_t D = d.D;
   std::vector<F> S(D * D);
@@ -131,9 +131,8 @@ void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, c
 }
 
 template <class F>
-void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                    const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv,
-                    F* dw, F* du, F* dh0) {
+void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                    const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0) {
   check_dims(d, false);
   const int64_t D = d.D, T = d.T;
   std::vector<F> states((T + 1) * D * D);  // states[t] = S_{t-1}
@@ -195,8 +194,7 @@ void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, 
 // =======================================================================================
 // 2. CPU twins of the CUDA stages
 template <class F>
-void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
-                      Variant var) {
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht, Variant var) {
   check_dims(d);
   const bool tc = var == Variant::tensor_core;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
@@ -228,8 +226,8 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
 }
 
 template <class F>
-void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO,
-                       const F* dht, F* dh, F* dh0, Variant var) {
+void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO, const F* dht, F* dh, F* dh0,
+                       Variant var) {
   check_dims(d);
   const bool tc = var == Variant::tensor_core;
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
@@ -263,8 +261,8 @@ void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* 
 namespace {
 // A (C x C, scale and the u bonus included; zero above the diagonal) of one chunk.
 template <class F>
-void chunk_attention(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k,
-                     const F* u, std::vector<F>& A) {
+void chunk_attention(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k, const F* u,
+                     std::vector<F>& A) {
   const int64_t C = g.C, D = g.D;
   std::vector<F> qt(C * D), kt(C * D);
   for (int64_t r = 0; r < C; ++r)
@@ -297,9 +295,9 @@ namespace {
 // tensor-core kernels with their rounding points, accumulation in F.
 template <class F>
 struct TcOperands {
-  std::vector<F> qraw;        // q~ = q e^{Ge - gs_i} before rounding (folded operands start here)
-  std::vector<F> qt, kt;      // R(q~), R(k~ = k e^{gend_j - Gi})
-  std::vector<F> kh;          // R(k^ = k~ / e^{W}) in safe columns, 0 in the others (A's diagonal blocks)
+  std::vector<F> qraw;    // q~ = q e^{Ge - gs_i} before rounding (folded operands start here)
+  std::vector<F> qt, kt;  // R(q~), R(k~ = k e^{gend_j - Gi})
+  std::vector<F> kh;      // R(k^ = k~ / e^{W}) in safe columns, 0 in the others (A's diagonal blocks)
   TcOperands(const ChunkGates<F>& g, const std::vector<F>& q, const std::vector<F>& k)
       : qraw(g.C * g.D), qt(g.C * g.D), kt(g.C * g.D), kh(g.C * g.D) {
     const int64_t D = g.D;
@@ -318,8 +316,8 @@ struct TcOperands {
 
 // R(scale A) with the u bonus on the diagonal, zero above it (C x C).
 template <class F>
-void chunk_attention_tc(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k,
-                        const F* u, const TcOperands<F>& op, std::vector<F>& A) {
+void chunk_attention_tc(const ChunkGates<F>& g, F scale, const std::vector<F>& q, const std::vector<F>& k, const F* u,
+                        const TcOperands<F>& op, std::vector<F>& A) {
   const int64_t C = g.C, D = g.D;
   A.assign(C * C, F(0));
   for (int64_t r = 0; r < C; ++r)
@@ -341,8 +339,8 @@ void chunk_attention_tc(const ChunkGates<F>& g, F scale, const std::vector<F>& q
 }
 
 template <class F>
-void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
-                     const F* h, F* o) {
+void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h,
+                     F* o) {
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   std::vector<F> q, kk, vv, A, Sr(D * D);
   for (int64_t b = 0; b < d.B; ++b)
@@ -369,14 +367,12 @@ void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v,
 }
 
 template <class F>
-void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv,
-                  F* dw, F* du_part) {
+void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+                  const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part) {
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
   const bool intra = part != BackwardPart::inter;
   std::vector<F> q, kk, vv, dOc, A, dP(C * C), P(C * C), Sr(D * D), Spr(D * D);
-  std::vector<F> dqI(C * D), dkI(C * D), xI(C * D), yI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D),
-      dg(D);
+  std::vector<F> dqI(C * D), dkI(C * D), xI(C * D), yI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D), dg(D);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
       for (int64_t n = 0; n < NT; ++n) {
@@ -510,7 +506,8 @@ void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F
           F acc = 0;
           for (int64_t j = 0; j < D; ++j) acc += S[i * D + j] * Sp[i * D + j];
           F acc2 = 0;
-          for (int64_t s = 0; s < C; ++s) acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
+          for (int64_t s = 0; s < C; ++s)
+            acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
           dg[i] = std::exp(g.gamma[i]) * acc + acc2;
         }
         for (int64_t rr = 0; rr < C; ++rr)
@@ -544,8 +541,8 @@ void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F
 }  // namespace
 
 template <class F>
-void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                  const F* u, const F* h, F* o, Variant var) {
+void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h, F* o,
+                  Variant var) {
   check_dims(d);
   if (var == Variant::tensor_core) return chunk_output_tc(d, scale, r, k, v, w, u, h, o);
   const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
@@ -570,9 +567,9 @@ void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, co
 }
 
 template <class F>
-void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v,
-               const F* w, const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp,
-               F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part, Variant var) {
+void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+               const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part,
+               Variant var) {
   check_dims(d);
   if (var == Variant::tensor_core)
     return chunk_bwd_tc(d, part, scale, r, k, v, w, u, h, dh, dO, dq_tmp, dk_tmp, dr, dk, dv, dw, du_part);
@@ -681,7 +678,8 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
           F acc = 0;
           for (int64_t j = 0; j < D; ++j) acc += S[i * D + j] * Sp[i * D + j];
           F acc2 = 0;
-          for (int64_t s = 0; s < C; ++s) acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
+          for (int64_t s = 0; s < C; ++s)
+            acc2 += kk[s * D + i] * dkS[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]);
           dg[i] = std::exp(g.gamma[i]) * acc + acc2;
         }
         for (int64_t rr = 0; rr < C; ++rr)
@@ -722,52 +720,48 @@ void du_reduce(const Dims& d, const F* du_part, F* du) {
 }
 
 template <class F>
-void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w,
-                       const F* u, const F* h0, F* o, F* ht, Variant var) {
+void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
+                       F* o, F* ht, Variant var) {
   std::vector<F> h(d.states_numel());
   chunk_state_scan(d, k, v, w, h0, h.data(), ht, var);
   chunk_output(d, scale, r, k, v, w, u, h.data(), o, var);
 }
 
 template <class F>
-void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v,
-                        const F* w, const F* u, const F* h0, const F* dO, const F* dht,
-                        F* dr, F* dk, F* dv, F* dw, F* du, F* dh0, Variant var) {
+void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v, const F* w,
+                        const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0,
+                        Variant var) {
   std::vector<F> h(d.states_numel()), dh(d.states_numel()), dup(d.du_part_numel());
   chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var);
   chunk_dstate_scan(d, scale, r, w, dO, dht, dh.data(), dh0, var);
   if (impl == BwdImpl::fused) {
-    chunk_bwd<F>(d, BackwardPart::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr,
-                 dr, dk, dv, dw, dup.data(), var);
+    chunk_bwd<F>(d, BackwardPart::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr, dr, dk, dv, dw,
+                 dup.data(), var);
   } else {
     std::vector<F> dqt(d.tokens_numel()), dkt(d.tokens_numel());
-    chunk_bwd<F>(d, BackwardPart::intra, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(),
-                 nullptr, nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
-    chunk_bwd<F>(d, BackwardPart::inter, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(),
-                 dr, dk, dv, dw, dup.data(), var);
+    chunk_bwd<F>(d, BackwardPart::intra, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(), nullptr,
+                 nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
+    chunk_bwd<F>(d, BackwardPart::inter, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(), dr, dk,
+                 dv, dw, dup.data(), var);
   }
   du_reduce(d, dup.data(), du);
 }
 
-#define LT_RWKV6_INSTANTIATE(F)                                                                        \
-  template void naive_forward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,   \
-                                 const F*, F*, F*);                                                    \
-  template void naive_backward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,  \
-                                  const F*, const F*, const F*, F*, F*, F*, F*, F*, F*);               \
-  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant); \
-  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*,       \
-                                     Variant);                                                         \
-  template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*,    \
-                                const F*, F*, Variant);                                                \
-  template void chunk_bwd<F>(const Dims&, BackwardPart, F, const F*, const F*, const F*, const F*,         \
-                             const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*,       \
-                             Variant);                                                                 \
-  template void du_reduce<F>(const Dims&, const F*, F*);                                              \
-  template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*,          \
-                                     const F*, const F*, F*, F*, Variant);                             \
-  template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*,   \
-                                      const F*, const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, \
-                                      Variant);
+#define LT_RWKV6_INSTANTIATE(F)                                                                                        \
+  template void naive_forward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*, F*);  \
+  template void naive_backward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*,          \
+                                  const F*, const F*, F*, F*, F*, F*, F*, F*);                                         \
+  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant);             \
+  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*, Variant);         \
+  template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,        \
+                                Variant);                                                                              \
+  template void chunk_bwd<F>(const Dims&, BackwardPart, F, const F*, const F*, const F*, const F*, const F*, const F*, \
+                             const F*, const F*, F*, F*, F*, F*, F*, F*, F*, Variant);                                 \
+  template void du_reduce<F>(const Dims&, const F*, F*);                                                               \
+  template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,   \
+                                     F*, Variant);                                                                     \
+  template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*, const F*,       \
+                                      const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, Variant);
 
 LT_RWKV6_INSTANTIATE(float)
 LT_RWKV6_INSTANTIATE(double)

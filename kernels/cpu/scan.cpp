@@ -14,7 +14,7 @@ void scan_loop(const ScanParams& p) {
   using C = compute_t<T>;
   T* out = static_cast<T*>(p.it.data[0]);
   const T* in = static_cast<const T*>(p.it.data[1]);
-  iter_for_each<2>(p.it, [&](const int64_t (&o)[2]) {
+  iter_for_each<2>(p.it, [&](const int64_t(&o)[2]) {
     C acc = C(0);
     for (int64_t s = 0; s < p.len; ++s) {
       const int64_t j = p.reverse ? p.len - 1 - s : s;

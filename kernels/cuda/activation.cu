@@ -34,8 +34,8 @@ __global__ void pointwise_backward(ActivationOp op, ActivationParams p) {
   const bool has_b = activation_has_b(op);
   for (int64_t i = global_thread(); i < p.n; i += grid_threads()) {
     C ga, gb;
-    ActivationMath<C>::backward(op, load_as_compute(dy[i]), load_as_compute(a[i]),
-                                has_b ? load_as_compute(b[i]) : C(0), ga, gb);
+    ActivationMath<C>::backward(op, load_as_compute(dy[i]), load_as_compute(a[i]), has_b ? load_as_compute(b[i]) : C(0),
+                                ga, gb);
     da[i] = store_from_compute<T>(ga);
     if (has_b) db[i] = store_from_compute<T>(gb);
   }

@@ -29,9 +29,18 @@ constexpr int kNormThreads = 256;
 constexpr int kNormWarps = kNormThreads / 32;
 
 // 16-byte vector of T: float4 for f32, double2 for f64.
-template <class T> struct Vec16;
-template <> struct Vec16<float> { using type = float4; static constexpr int kLanes = 4; };
-template <> struct Vec16<double> { using type = double2; static constexpr int kLanes = 2; };
+template <class T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+  static constexpr int kLanes = 4;
+};
+template <>
+struct Vec16<double> {
+  using type = double2;
+  static constexpr int kLanes = 2;
+};
 
 __device__ __forceinline__ double sum_sq(float4 x) {
   const double a = x.x, b = x.y, c = x.z, d = x.w;
@@ -110,7 +119,8 @@ __global__ void adamw_update(AdamWParams p) {
   if (!isfinite(norm)) {
     if (global_thread() == 0) *p.skipped += 1;
     if (shadow)
-      for (int64_t i = global_thread(); i < p.n; i += grid_threads()) shadow[i] = bfloat16(static_cast<float>(params[i]));
+      for (int64_t i = global_thread(); i < p.n; i += grid_threads())
+        shadow[i] = bfloat16(static_cast<float>(params[i]));
     return;
   }
   AdamWMath<C> am;
@@ -131,7 +141,9 @@ __global__ void adamw_update(AdamWParams p) {
   int64_t done = 0;  // elements [0, done) are handled by the vector loop
   if constexpr (sizeof(T) == 4) {
     const bool aligned = (reinterpret_cast<uintptr_t>(params) | reinterpret_cast<uintptr_t>(grads) |
-                          reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) %
+                                 16 ==
+                             0 &&
                          reinterpret_cast<uintptr_t>(shadow) % 8 == 0;
     if (aligned) {
       const int64_t nvec = p.n / 4;
@@ -152,7 +164,8 @@ __global__ void adamw_update(AdamWParams p) {
           // four bf16 as one 8-byte store: element 4j in the low half of the first word
           const uint2 packed = make_uint2(
               static_cast<uint32_t>(float_to_bf16_bits(p4.x)) | (static_cast<uint32_t>(float_to_bf16_bits(p4.y)) << 16),
-              static_cast<uint32_t>(float_to_bf16_bits(p4.z)) | (static_cast<uint32_t>(float_to_bf16_bits(p4.w)) << 16));
+              static_cast<uint32_t>(float_to_bf16_bits(p4.z)) |
+                  (static_cast<uint32_t>(float_to_bf16_bits(p4.w)) << 16));
           reinterpret_cast<uint2*>(shadow)[j] = packed;
         }
       }

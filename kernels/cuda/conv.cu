@@ -23,7 +23,7 @@
 namespace lt::kern::cuda {
 namespace {
 
-constexpr int kConvThreads = 128;   // channels per block
+constexpr int kConvThreads = 128;  // channels per block
 constexpr int kMaxW = static_cast<int>(kConvMaxWidth);
 constexpr int64_t kMaxGridY = 65535;
 

@@ -8,9 +8,8 @@
 namespace lt {
 
 [[noreturn]] inline void cuda_fail(cudaError_t err, const char* what, const char* file, int line) {
-  throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(err) + " (" +
-                           cudaGetErrorName(err) + ") in " + what + " at " + file + ":" +
-                           std::to_string(line));
+  throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) +
+                           ") in " + what + " at " + file + ":" + std::to_string(line));
 }
 
 inline void cuda_check_launch(const char* kernel, const char* file, int line) {
@@ -20,8 +19,8 @@ inline void cuda_check_launch(const char* kernel, const char* file, int line) {
 
 }  // namespace lt
 
-#define LT_CUDA_CHECK(expr)                                           \
-  do {                                                                \
-    cudaError_t lt_err_ = (expr);                                     \
+#define LT_CUDA_CHECK(expr)                                                          \
+  do {                                                                               \
+    cudaError_t lt_err_ = (expr);                                                    \
     if (lt_err_ != cudaSuccess) ::lt::cuda_fail(lt_err_, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -31,13 +31,13 @@
 namespace lt::kern::cuda {
 namespace {
 
-constexpr int kThreadsBwd = 128;                // one thread per column pair ...
+constexpr int kThreadsBwd = 128;  // one thread per column pair ...
 constexpr int kColsPerThread = 2;
 constexpr int kCols = kThreadsBwd * kColsPerThread;  // ... 256 columns per block
-constexpr int kRows = 32;                       // vocabulary rows per block
-constexpr int kPerThread = 16;                  // consecutive tokens tested per thread
-constexpr int kStage = kThreadsBwd * kPerThread;  // 2048 tokens per stage
-constexpr int kPrefetch = 8;                    // dy loads in flight before their adds
+constexpr int kRows = 32;                            // vocabulary rows per block
+constexpr int kPerThread = 16;                       // consecutive tokens tested per thread
+constexpr int kStage = kThreadsBwd * kPerThread;     // 2048 tokens per stage
+constexpr int kPrefetch = 8;                         // dy loads in flight before their adds
 // shared memory: acc 32 * 256 * 4 = 32 KiB, match lists 2048 * (2 + 1) = 6 KiB
 static_assert(kStage <= 65536, "match positions are stored as uint16");
 
@@ -99,9 +99,9 @@ __global__ void embedding_forward_kernel(EmbeddingParams p, BadIndex* bad) {
 
 template <class I, class A>
 __global__ void __launch_bounds__(kThreadsBwd) embedding_backward_kernel(EmbeddingParams p, BadIndex* bad) {
-  __shared__ float acc[kRows][kCols];          // 32 KiB: the group's row sums
-  __shared__ uint16_t match_pos[kStage];       // stage-relative token of each match
-  __shared__ uint8_t match_row[kStage];        // group-relative row of each match
+  __shared__ float acc[kRows][kCols];     // 32 KiB: the group's row sums
+  __shared__ uint16_t match_pos[kStage];  // stage-relative token of each match
+  __shared__ uint8_t match_row[kStage];   // group-relative row of each match
   __shared__ int warp_total[kThreadsBwd / 32];
   __shared__ int touched[kRows];
   const I* idx = static_cast<const I*>(p.idx);
@@ -198,7 +198,8 @@ void run(EmbeddingPass pass, const EmbeddingParams& p, cudaStream_t stream) {
       auto kernel = embedding_forward_kernel<I, float, A>;
       LT_LAUNCH(kernel, grid_for(p.n * p.d), kThreads, 0, stream, p, bad);
     } else {
-      const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>((p.d + kCols - 1) / kCols));
+      const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows),
+                      static_cast<unsigned>((p.d + kCols - 1) / kCols));
       auto kernel = embedding_backward_kernel<I, A>;
       LT_LAUNCH(kernel, grid, kThreadsBwd, 0, stream, p, bad);
     }

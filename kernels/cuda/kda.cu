@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Forwa
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t g = blockIdx.x;
-  blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV),
-                                   reinterpret_cast<float*>(smem4));
+  blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>
@@ -78,7 +77,8 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
 }
 
 template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
-__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks) kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
+__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
+    kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
@@ -88,10 +88,8 @@ __global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks) kda_intra_adjo
 // Dynamic shared memory above 48 KB must be allowed per kernel, once.
 template <class K>
 void allow_smem(K* kernel, size_t bytes) {
-  LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(bytes)));
+  LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
-
 
 template <class G, class T, bool kTC>
 void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {

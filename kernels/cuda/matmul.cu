@@ -31,8 +31,8 @@ namespace {
 
 void cublas_check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " (" +
-                             cublasGetStatusString(s) + ") in " + what);
+    throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) +
+                             ") in " + what);
 }
 
 cublasHandle_t handle_for_current_device() {
@@ -73,26 +73,24 @@ void matmul(DType dtype, const MatmulParams& p, uintptr_t stream) {
     case DType::f32: {
       const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
       if (p.tf32) {
-        cublas_check(cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, CUDA_R_32F, ld_first,
-                                                p.stride_b, p.a, CUDA_R_32F, ld_second, p.stride_a, &beta, p.c,
-                                                CUDA_R_32F, ldc, p.stride_c, batch, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                                CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmStridedBatchedEx (tf32)");
+        cublas_check(
+            cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, CUDA_R_32F, ld_first, p.stride_b,
+                                       p.a, CUDA_R_32F, ld_second, p.stride_a, &beta, p.c, CUDA_R_32F, ldc, p.stride_c,
+                                       batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx (tf32)");
         break;
       }
-      cublas_check(cublasSgemmStridedBatched(h, op_first, op_second, m, n, k, &alpha,
-                                             static_cast<const float*>(p.b), ld_first, p.stride_b,
-                                             static_cast<const float*>(p.a), ld_second, p.stride_a, &beta,
-                                             static_cast<float*>(p.c), ldc, p.stride_c, batch),
+      cublas_check(cublasSgemmStridedBatched(h, op_first, op_second, m, n, k, &alpha, static_cast<const float*>(p.b),
+                                             ld_first, p.stride_b, static_cast<const float*>(p.a), ld_second,
+                                             p.stride_a, &beta, static_cast<float*>(p.c), ldc, p.stride_c, batch),
                    "cublasSgemmStridedBatched");
       break;
     }
     case DType::f64: {
       const double alpha = p.alpha, beta = p.beta;
-      cublas_check(cublasDgemmStridedBatched(h, op_first, op_second, m, n, k, &alpha,
-                                             static_cast<const double*>(p.b), ld_first, p.stride_b,
-                                             static_cast<const double*>(p.a), ld_second, p.stride_a, &beta,
-                                             static_cast<double*>(p.c), ldc, p.stride_c, batch),
+      cublas_check(cublasDgemmStridedBatched(h, op_first, op_second, m, n, k, &alpha, static_cast<const double*>(p.b),
+                                             ld_first, p.stride_b, static_cast<const double*>(p.a), ld_second,
+                                             p.stride_a, &beta, static_cast<double*>(p.c), ldc, p.stride_c, batch),
                    "cublasDgemmStridedBatched");
       break;
     }
@@ -101,14 +99,13 @@ void matmul(DType dtype, const MatmulParams& p, uintptr_t stream) {
       const cudaDataType_t t = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
       const cudaDataType_t tc = mixed ? CUDA_R_32F : t;
       const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
-      cublas_check(cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, t, ld_first,
-                                              p.stride_b, p.a, t, ld_second, p.stride_a, &beta, p.c, tc, ldc,
-                                              p.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      cublas_check(cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, p.b, t, ld_first, p.stride_b,
+                                              p.a, t, ld_second, p.stride_a, &beta, p.c, tc, ldc, p.stride_c, batch,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmStridedBatchedEx");
       break;
     }
-    default:
-      unsupported_dtype("cuda", "matmul", dtype);
+    default: unsupported_dtype("cuda", "matmul", dtype);
   }
   count_launch();
 }

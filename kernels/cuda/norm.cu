@@ -27,8 +27,8 @@ namespace lt::kern::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kForwardWarps = 8;    // warps per forward block
-constexpr int kBackwardWarps = 8;   // most warps per backward block
+constexpr int kForwardWarps = 8;   // warps per forward block
+constexpr int kBackwardWarps = 8;  // most warps per backward block
 constexpr int64_t kPartialSmemBytes = 48 * 1024;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -108,7 +108,7 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
   const float inv_len = 1.0f / static_cast<float>(L);
 
   float* acc_w = partials_in_smem ? smem_partial + warp * nacc * L : scratch + slot * nacc * L;  // [L]
-  float* acc_b = acc_w + L;                                                                    // [L] (bias)
+  float* acc_b = acc_w + L;                                                                      // [L] (bias)
   // lane l owns columns j = l (mod 32) of both partials from here to the block reduction
   for (int64_t j = lane; j < L; j += kWarp) {
     acc_w[j] = 0.0f;

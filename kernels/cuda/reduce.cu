@@ -37,7 +37,8 @@ __global__ void reduce_line_per_thread(ReduceParams p) {
     iter_offsets<2>(p.it, i, o);
     const T* line = in + o[1];
     C acc = IsMax ? load_as_compute(line[0]) : C(0);
-    for (int64_t j = IsMax ? 1 : 0; j < p.len; ++j) acc = combine<C, IsMax>(acc, load_as_compute(line[j * p.in_stride]));
+    for (int64_t j = IsMax ? 1 : 0; j < p.len; ++j)
+      acc = combine<C, IsMax>(acc, load_as_compute(line[j * p.in_stride]));
     out[o[0]] = store_from_compute<T>(acc);
   }
 }

@@ -38,19 +38,22 @@ namespace lt::rwkv6 {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kW = 64;          // width of a D tile in the chunk kernels
-constexpr int kLD = kW + 1;     // its padded row stride (floats)
-constexpr int kBC = 16;         // rows per factorisation block
-
+constexpr int kW = 64;       // width of a D tile in the chunk kernels
+constexpr int kLD = kW + 1;  // its padded row stride (floats)
+constexpr int kBC = 16;      // rows per factorisation block
 
 __device__ __forceinline__ int rows_in_chunk(int C, int64_t T, int64_t n) {
   const int64_t left = T - n * C;
   return left < C ? static_cast<int>(left) : C;
 }
 template <class T>
-__device__ __forceinline__ float ldg(const T* p, int64_t i) { return load_as_compute(p[i]); }
+__device__ __forceinline__ float ldg(const T* p, int64_t i) {
+  return load_as_compute(p[i]);
+}
 template <class T>
-__device__ __forceinline__ void stg(T* p, int64_t i, float x) { p[i] = store_from_compute<T>(x); }
+__device__ __forceinline__ void stg(T* p, int64_t i, float x) {
+  p[i] = store_from_compute<T>(x);
+}
 
 // Rows [0, C) x cols [0, W) of a token tensor [B,T,H,D] into smem [C][W+1]; rows >= L are 0.
 // `src` points at (b, t0, h, col0); consecutive rows are `rs` = H*D elements apart.
@@ -130,10 +133,10 @@ __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, 
   constexpr int LD = W + 1, TM = W / 16, E = C * W / kThreads;
   static_assert(E >= 1 && (C * W) % kThreads == 0, "tile elements per thread");
   extern __shared__ float smem[];
-  float* w_s = smem;             // [C][LD] w, then Gi
-  float* x_s = w_s + C * LD;     // [C][LD] k e^{g-Gi}   or  scale q e^{Ge}
-  float* y_s = x_s + C * LD;     // [C][LD] v            or  dO
-  float* gam_s = y_s + C * LD;   // [W] gamma per key column
+  float* w_s = smem;            // [C][LD] w, then Gi
+  float* x_s = w_s + C * LD;    // [C][LD] k e^{g-Gi}   or  scale q e^{Ge}
+  float* y_s = x_s + C * LD;    // [C][LD] v            or  dO
+  float* gam_s = y_s + C * LD;  // [W] gamma per key column
 
   const bool reverse = (blockIdx.z + z_offset) == 1;
   const int64_t B = a.dims.B, T = a.dims.T, H = a.dims.H, D = a.dims.D;
@@ -226,9 +229,9 @@ __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, 
 // =======================================================================================
 // Chunk-parallel kernels: shared memory plan (floats), C = chunk rows, NB = C / 16.
 struct ChunkSmem {
-  static constexpr int tile(int C) { return C * kLD; }        // [C][65] token tile
-  static constexpr int state() { return kW * kLD; }           // [64][65] state tile
-  static constexpr int cc(int C) { return C * (C + 1); }      // [C][C+1] dP or A
+  static constexpr int tile(int C) { return C * kLD; }                   // [C][65] token tile
+  static constexpr int state() { return kW * kLD; }                      // [64][65] state tile
+  static constexpr int cc(int C) { return C * (C + 1); }                 // [C][C+1] dP or A
   static constexpr int vecs(int C) { return kW * (4 + 3 * (C / kBC)); }  // gam, u, dgs, spare, gs/gend/eW
 };
 
@@ -243,15 +246,15 @@ template <class Tin, int C>
 __global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const FusedArgs a) {
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
-  float* q_s = smem;                          // q, then q~
-  float* k_s = q_s + ChunkSmem::tile(C);      // k, then k~
-  float* gi_s = k_s + ChunkSmem::tile(C);     // w, then Gi
-  float* ge_s = gi_s + ChunkSmem::tile(C);    // Ge, then q e^Ge
-  float* x_s = ge_s + ChunkSmem::tile(C);     // A (after the key loop) [C][C+1]
-  float* h_s = x_s + ChunkSmem::tile(C);      // h[n] block [64][65], then V [C][65]
+  float* q_s = smem;                        // q, then q~
+  float* k_s = q_s + ChunkSmem::tile(C);    // k, then k~
+  float* gi_s = k_s + ChunkSmem::tile(C);   // w, then Gi
+  float* ge_s = gi_s + ChunkSmem::tile(C);  // Ge, then q e^Ge
+  float* x_s = ge_s + ChunkSmem::tile(C);   // A (after the key loop) [C][C+1]
+  float* h_s = x_s + ChunkSmem::tile(C);    // h[n] block [64][65], then V [C][65]
   float* gam_s = h_s + ChunkSmem::state();
   float* u_s = gam_s + kW;
-  float* gs_s = u_s + 3 * kW;                 // [NB][64]
+  float* gs_s = u_s + 3 * kW;  // [NB][64]
   float* gend_s = gs_s + NB * kW;
   float* eW_s = gend_s + NB * kW;
 
@@ -327,7 +330,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const FusedArgs a) 
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc_o[i][j] = fmaf(qe[i], hv[j], acc_o[i][j]);
-      // Off-diagonal blocks j < i: q~_r m_ij k~_s, m_ij = prod_{j<b<i} eW_b.
+          // Off-diagonal blocks j < i: q~_r m_ij k~_s, m_ij = prod_{j<b<i} eW_b.
 #pragma unroll
       for (int i = 1; i < TM; ++i) {
         float mm = qt[i];
@@ -397,19 +400,19 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
   constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
-  float* t0 = smem;                        // dO | q        (own tile at the end)
-  float* t1 = t0 + ChunkSmem::tile(C);     // V  | k
-  float* t2 = t1 + ChunkSmem::tile(C);     // w -> Gi
-  float* t3 = t2 + ChunkSmem::tile(C);     // Ge
-  float* t4 = t3 + ChunkSmem::tile(C);     // k e^{g-Gi}, then k~ ; x = q dq' at the end
-  float* t5 = t4 + ChunkSmem::tile(C);     // q~ ; y = k dk' at the end
-  float* s0 = t5 + ChunkSmem::tile(C);     // h rows | dh block | dO own | z
-  float* s1 = s0 + ChunkSmem::state();     // dh rows | A [C][C+1] | p
-  float* p_s = s1 + ChunkSmem::state();    // dP [C][C+1], scaled, zero above the diagonal
-  float* gam_s = p_s + ChunkSmem::cc(C);   // [64]
-  float* u_s = gam_s + kW;                 // [64]
-  float* dgs_s = u_s + kW;                 // [64] sum_v h . dh of the own key rows
-  float* gs_s = dgs_s + 2 * kW;            // [NB][64]
+  float* t0 = smem;                       // dO | q        (own tile at the end)
+  float* t1 = t0 + ChunkSmem::tile(C);    // V  | k
+  float* t2 = t1 + ChunkSmem::tile(C);    // w -> Gi
+  float* t3 = t2 + ChunkSmem::tile(C);    // Ge
+  float* t4 = t3 + ChunkSmem::tile(C);    // k e^{g-Gi}, then k~ ; x = q dq' at the end
+  float* t5 = t4 + ChunkSmem::tile(C);    // q~ ; y = k dk' at the end
+  float* s0 = t5 + ChunkSmem::tile(C);    // h rows | dh block | dO own | z
+  float* s1 = s0 + ChunkSmem::state();    // dh rows | A [C][C+1] | p
+  float* p_s = s1 + ChunkSmem::state();   // dP [C][C+1], scaled, zero above the diagonal
+  float* gam_s = p_s + ChunkSmem::cc(C);  // [64]
+  float* u_s = gam_s + kW;                // [64]
+  float* dgs_s = u_s + kW;                // [64] sum_v h . dh of the own key rows
+  float* gs_s = dgs_s + 2 * kW;           // [NB][64]
   float* gend_s = gs_s + NB * kW;
   float* eW_s = gend_s + NB * kW;
   float* as_s = s1;
@@ -432,10 +435,10 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
   const float* dhn = a.dh + (bh * NT + n) * D * D;
 
   float acc_dP[TM][TM] = {};
-  float acc_dqS[TM][4] = {};   // (dO h^T)[r, own key col]
-  float acc_dkS[TM][4] = {};   // (V dh^T)[r, own key col]
+  float acc_dqS[TM][4] = {};  // (dO h^T)[r, own key col]
+  float acc_dkS[TM][4] = {};  // (V dh^T)[r, own key col]
   float acc_A[TM][TM] = {};
-  float acc_dv[TM][4] = {};    // rows s, own value cols
+  float acc_dv[TM][4] = {};  // rows s, own value cols
   float dgs = 0.f;
 
   // ---- phase 1: value-tile loop
@@ -648,8 +651,8 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
         const int rr = ty + 16 * i, c = tx + 16 * j;
         dqI[i][j] *= __expf(t3[rr * kLD + c] - gs_s[i * kW + c]);
       }
-    // dk' intra, off-diagonal: Q_ib = Q_{ib+1} e^{W_ib} + sum_{r in ib} dP[r,s] q~_r (top down),
-    // then x e^{gend_j - Gi_s}.
+      // dk' intra, off-diagonal: Q_ib = Q_{ib+1} e^{W_ib} + sum_{r in ib} dP[r,s] q~_r (top down),
+      // then x e^{gend_j - Gi_s}.
 #pragma unroll
     for (int ib = NB - 1; ib >= 1; --ib) {
 #pragma unroll
@@ -677,7 +680,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
         const int ss = ty + 16 * i, c = tx + 16 * j;
         dkI[i][j] *= __expf(gend_s[i * kW + c] - t2[ss * kLD + c]);
       }
-    // Diagonal blocks, elementwise.
+      // Diagonal blocks, elementwise.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int rr = 16 * i + ty;
@@ -743,10 +746,10 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
         const float dkp_ = acc_dkS[i][j] * ekd + dkI[i][j];
         const float pd = p_s[rr * LDC + rr];
         const float pdu = pd * u_s[c];
-        t4[o] = qv * dqp_;                // x
-        t5[o] = kv * dkp_;                // y
+        t4[o] = qv * dqp_;                 // x
+        t5[o] = kv * dkp_;                 // y
         s0[o] = kv * acc_dkS[i][j] * ekd;  // z (dgamma's inter term)
-        s1[o] = pd * qv * kv;             // p (du)
+        s1[o] = pd * qv * kv;              // p (du)
         if (rr < L) {
           stg(dqp, rr * rs + c, dqp_ + pdu * kv);
           stg(dkp, rr * rs + c, dkp_ + pdu * qv);
@@ -765,7 +768,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
       sz += s0[o];
       sp += s1[o];
     }
-    float ix = sx, iy = sy, iz = sz, ip = sp;   // inclusive suffix sums over segments
+    float ix = sx, iy = sy, iz = sz, ip = sp;  // inclusive suffix sums over segments
 #pragma unroll
     for (int off = 1; off < P; off <<= 1) {
       const float yx = __shfl_down_sync(0xffffffffu, ix, off, P);
@@ -837,16 +840,16 @@ constexpr int kLDG = 72;  // fp32 gate / scratch tile stride (floats): float2 fr
 template <int C>
 struct Shape {
   static_assert(C == 32 || C == 64, "tensor-core kernels: chunk 32 or 64");
-  static constexpr int NB = C / 16;          // 16-row blocks
-  static constexpr int NPART = 8 / NB;       // warps per row block
-  static constexpr int COLS = 64 / NPART;    // 64-wide outputs: columns per warp
-  static constexpr int NT8 = COLS / 8;       //   n8 tiles per warp (even)
-  static constexpr int CCOLS = C / NPART;    // C x C outputs: columns per warp
+  static constexpr int NB = C / 16;        // 16-row blocks
+  static constexpr int NPART = 8 / NB;     // warps per row block
+  static constexpr int COLS = 64 / NPART;  // 64-wide outputs: columns per warp
+  static constexpr int NT8 = COLS / 8;     //   n8 tiles per warp (even)
+  static constexpr int CCOLS = C / NPART;  // C x C outputs: columns per warp
   static constexpr int NC8 = CCOLS / 8;
-  static constexpr int LDP = C + 8;          // bf16 [C][LDP] (dP, A)
+  static constexpr int LDP = C + 8;                                 // bf16 [C][LDP] (dP, A)
   static constexpr int NF = NB >= 3 ? (NB - 1) * (NB - 2) / 2 : 0;  // folded A operands (j <= i - 2)
-  static constexpr int NTPR = 256 / C;       // threads per row in row-wise loops
-  static constexpr int TOKV = C * 8 / 256;   // uint4 per thread for a [C][64] bf16 tile
+  static constexpr int NTPR = 256 / C;                              // threads per row in row-wise loops
+  static constexpr int TOKV = C * 8 / 256;                          // uint4 per thread for a [C][64] bf16 tile
   static constexpr int TOK_BYTES = C * kLDB * 2;
   static constexpr int ST_BYTES = 64 * kLDB * 2;
   static constexpr int G_BYTES = (C + 1) * kLDG * 4;
@@ -1015,8 +1018,8 @@ __device__ void attention_unsafe(float (&acc)[Shape<C>::NC8][4], const bf16* q_s
       float sum = 0.f;
       for (int c = 0; c < 64; ++c) {
         if (s.invW[rb * 64 + c] != 0.f) continue;
-        sum += bf2f(q_s[r * kLDB + c]) * bf2f(k_s[sc * kLDB + c]) *
-               __expf(s.G[r * kLDG + c] - s.G[(sc + 1) * kLDG + c]);
+        sum +=
+            bf2f(q_s[r * kLDB + c]) * bf2f(k_s[sc * kLDB + c]) * __expf(s.G[r * kLDG + c] - s.G[(sc + 1) * kLDG + c]);
       }
       acc[nt][e] += sum;
     }
@@ -1025,8 +1028,8 @@ __device__ void attention_unsafe(float (&acc)[Shape<C>::NC8][4], const bf16* q_s
 
 // Writes R(scale A) (strictly lower from acc, bonus on the diagonal, 0 above) to A_s [C][LDP].
 template <int C>
-__device__ __forceinline__ void store_attention(bf16* A_s, const float (&acc)[Shape<C>::NC8][4],
-                                                const float* bonus_s, float scale, int rb, int part) {
+__device__ __forceinline__ void store_attention(bf16* A_s, const float (&acc)[Shape<C>::NC8][4], const float* bonus_s,
+                                                float scale, int rb, int part) {
   using S = Shape<C>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -1145,9 +1148,9 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, in
     bf16* ys = xs + C * kLDB;
     bf16* ws = ys + C * kLDB;
     tc::cp_async_wait<kScanStages - 2>();
-    __syncthreads();  // this step's tiles visible to all; every thread is past step - 1's MMA
+    __syncthreads();                // this step's tiles visible to all; every thread is past step - 1's MMA
     issue(step + kScanStages - 1);  // into the stage that step - 1 used
-    {  // column cumsum of w; x' in place
+    {                               // column cumsum of w; x' in place
       constexpr int P = 4, R = C / P;
       const int c = tid / P, seg = tid % P;
       float loc[R];
@@ -1178,9 +1181,7 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, in
     __syncthreads();
     const float d0 = __expf(gam_s[16 * rb + g]), d1 = __expf(gam_s[16 * rb + g + 8]);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      Sacc[nt][0] *= d0, Sacc[nt][1] *= d0, Sacc[nt][2] *= d1, Sacc[nt][3] *= d1;
-    }
+    for (int nt = 0; nt < 4; ++nt) { Sacc[nt][0] *= d0, Sacc[nt][1] *= d0, Sacc[nt][2] *= d1, Sacc[nt][3] *= d1; }
 #pragma unroll
     for (int ks = 0; ks < C / 16; ++ks) {
       uint32_t af[4];
@@ -1238,11 +1239,15 @@ __global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const FusedArgs a)
   float* vec = reinterpret_cast<float*>(smem + Lay::vec);
   float* u_s = vec + 64;
   float* bonus_s = vec + 128 + 4 * NB * 64;
-  const Gates<C> gts{reinterpret_cast<float*>(smem + Lay::G), vec, vec + 128, vec + 128 + NB * 64,
-                     vec + 128 + 2 * NB * 64, vec + 128 + 3 * NB * 64};
+  const Gates<C> gts{reinterpret_cast<float*>(smem + Lay::G),
+                     vec,
+                     vec + 128,
+                     vec + 128 + NB * 64,
+                     vec + 128 + 2 * NB * 64,
+                     vec + 128 + 3 * NB * 64};
   bf16* v_s = reinterpret_cast<bf16*>(smem + Lay::v);  // own value tile, by cp.async from the start
-  bf16* w_stage = kt_s;  // w, until the operands are built
-  bf16* A_s = qt_s;      // after the key loop
+  bf16* w_stage = kt_s;                                // w, until the operands are built
+  bf16* A_s = qt_s;                                    // after the key loop
 
   const int64_t T = a.dims.T, H = a.dims.H, D = a.dims.D;
   const int vt = blockIdx.x;
@@ -1432,8 +1437,7 @@ struct BwdLayout {
   // floats at vec: gam, u, dgs [64]; gs, ge, eW, invW [NB][64]; pd[C], bonus[C]; zp, pp [NB][64]
   static constexpr int bytes = vec + (3 * 64 + 6 * S::NB * 64 + 2 * C) * 4;
   // phase-1 aliases over [qt, vec): dO_vt, V_vt [C][kLDB], h, dh [64][kLDB]
-  static constexpr int p1_do = qt, p1_v = qt + S::TOK_BYTES, p1_h = qt + 2 * S::TOK_BYTES,
-                       p1_dh = p1_h + S::ST_BYTES;
+  static constexpr int p1_do = qt, p1_v = qt + S::TOK_BYTES, p1_h = qt + 2 * S::TOK_BYTES, p1_dh = p1_h + S::ST_BYTES;
   static_assert(p1_dh + S::ST_BYTES <= vec, "phase-1 tiles fit");
   // phase-3 aliases: A over kd, dO_own over dhk; then x, y fp32 [C][kLDX] over [kh, vec)
   static constexpr int sx = kh, sy = kh + C * kLDX * 4;
@@ -1465,8 +1469,8 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
   float* bonus_s = pd_s + C;
   float* zp_s = bonus_s + C;
   float* pp_s = zp_s + NB * 64;
-  const Gates<C> gts{reinterpret_cast<float*>(smem + Lay::G), vec, ref, ref + NB * 64, ref + 2 * NB * 64,
-                     ref + 3 * NB * 64};
+  const Gates<C> gts{
+      reinterpret_cast<float*>(smem + Lay::G), vec, ref, ref + NB * 64, ref + 2 * NB * 64, ref + 3 * NB * 64};
   bf16* w_stage = kd_s;
   bf16* A_s = kd_s;
   bf16* do3_s = dhk_s;
@@ -1492,7 +1496,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
   float accQS[S::NT8][4] = {};  // (dO h^T)[r, own key col]
   float accKS[S::NT8][4] = {};  // (V dh^T)[r, own key col]
   float accA[S::NC8][4] = {};
-  float accV[S::NT8][4] = {};   // dV[s, own value col]
+  float accV[S::NT8][4] = {};  // dV[s, own value col]
   float bonus = 0.f;
 
   // ---- phase 1: value tiles
@@ -1893,7 +1897,7 @@ void forward_t(const FusedArgs& a, cudaStream_t stream) {
     const size_t smem = fwd_output_smem_floats<C>() * sizeof(float);
     auto kernel = rwkv6_fwd_output<T, C>;
     static size_t smem_set = 0;
-  set_smem(kernel, smem, smem_set);
+    set_smem(kernel, smem, smem_set);
     dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
               static_cast<unsigned>(a.dims.B * a.dims.H));
     LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
@@ -1999,7 +2003,7 @@ void backward_tc(const FusedArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream_
   }
   StageScope s("du_reduce");
   LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
-              stream, a);
+            stream, a);
 }
 
 // Environment variable LINTRAIN_RWKV6_KERNELS, read once per process:

@@ -89,8 +89,8 @@ __device__ __forceinline__ void load_b_2n(uint32_t (&b0)[2], uint32_t (&b1)[2], 
   ldsm_x4(r, tile + (n0 + (i >> 1) * 8 + (l & 7)) * ld + k0 + (i & 1) * 8);
   b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
-__device__ __forceinline__ void load_b_trans_2n(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16* tile, int ld,
-                                                int k0, int n0) {
+__device__ __forceinline__ void load_b_trans_2n(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16* tile, int ld, int k0,
+                                                int n0) {
   const int l = lane_id(), i = l >> 3;
   uint32_t r[4];
   ldsm_x4_t(r, tile + (k0 + (i & 1) * 8 + (l & 7)) * ld + n0 + (i >> 1) * 8);

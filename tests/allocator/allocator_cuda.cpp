@@ -5,9 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -153,9 +153,7 @@ TEST_CASE("cuda: an impossible request throws OutOfMemoryError with the device f
   try {
     a.allocate(total_b * 2);
     FAIL("expected OutOfMemoryError");
-  } catch (const OutOfMemoryError& e) {
-    msg = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { msg = e.what(); }
   INFO(msg);
   CHECK_THAT(msg, Catch::Contains("cuda:0 out of memory. Tried to allocate"));
   CHECK_THAT(msg, Catch::Contains("total capacity of"));

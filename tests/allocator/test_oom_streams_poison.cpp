@@ -38,9 +38,7 @@ TEST_CASE("OOM: free the cache and retry once, then throw a PyTorch-like message
   try {
     a.allocate(17 * MiB + 3);
     FAIL("expected OutOfMemoryError");
-  } catch (const OutOfMemoryError& e) {
-    msg = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { msg = e.what(); }
   INFO(msg);
   CHECK_THAT(msg, Catch::Contains("out of memory"));
   CHECK_THAT(msg, Catch::Contains("Tried to allocate 17.00 MiB"));
@@ -77,7 +75,7 @@ TEST_CASE("OOM with tracing on writes the snapshot to the configured path", "[al
   REQUIRE(trace.size() >= 3);
   const auto& last = trace.back();
   CHECK(last["action"] == "oom");
-  CHECK(last["size"] == 21 * MiB + 512);    // rounded request
+  CHECK(last["size"] == 21 * MiB + 512);  // rounded request
   CHECK(last["requested_size"] == 21 * MiB + 100);
   CHECK(last["device_free"] == 4 * MiB);
   CHECK(last["step"] == 7);
@@ -101,9 +99,9 @@ TEST_CASE("cross-stream use: a freed block returns only after the other stream's
   CHECK(fake.events[0].stream == s1);
   CHECK(fake.events[1].stream == s2);
   Stats st = a.stats();
-  CHECK(st.allocation.current == 0);        // free requested ...
+  CHECK(st.allocation.current == 0);  // free requested ...
   CHECK(st.allocated_bytes.current == 0);
-  CHECK(st.active.current == 1);            // ... but not completed
+  CHECK(st.active.current == 1);  // ... but not completed
   CHECK(st.active_bytes.current == int64_t(64 * KiB));
   auto segs = a.snapshot();
   REQUIRE(segs[0].blocks.size() == 2);

@@ -19,10 +19,10 @@ TEST_CASE("round_size and segment_size_for follow the documented constants", "[a
   CHECK(round_size(1 * MiB) == 1 * MiB);
   CHECK(round_size(1 * MiB + 1) == 1 * MiB + 512);
   CHECK(segment_size_for(512) == 2 * MiB);
-  CHECK(segment_size_for(1 * MiB) == 2 * MiB);               // small pool
-  CHECK(segment_size_for(1 * MiB + 512) == 20 * MiB);        // large, < 10 MiB
+  CHECK(segment_size_for(1 * MiB) == 2 * MiB);         // small pool
+  CHECK(segment_size_for(1 * MiB + 512) == 20 * MiB);  // large, < 10 MiB
   CHECK(segment_size_for(10 * MiB - 512) == 20 * MiB);
-  CHECK(segment_size_for(10 * MiB) == 10 * MiB);             // >= 10 MiB: round to 2 MiB
+  CHECK(segment_size_for(10 * MiB) == 10 * MiB);  // >= 10 MiB: round to 2 MiB
   CHECK(segment_size_for(13 * MiB + 512) == 14 * MiB);
   CHECK(segment_size_for(256 * MiB) == 256 * MiB);
 }
@@ -138,9 +138,9 @@ TEST_CASE("large pool: 20 MiB segments for mid requests, split only when > 1 MiB
 TEST_CASE("empty_cache returns wholly free segments only", "[allocator]") {
   auto fa = make_fake_allocator(256 * MiB);
   CachingAllocator& a = *fa;
-  void* keep = a.allocate(1000);            // small segment stays (in use)
-  void* gone = a.allocate(5 * MiB);         // large segment becomes free
-  void* gone2 = a.allocate(100 * KiB, 3);   // small segment of stream 3 becomes free
+  void* keep = a.allocate(1000);           // small segment stays (in use)
+  void* gone = a.allocate(5 * MiB);        // large segment becomes free
+  void* gone2 = a.allocate(100 * KiB, 3);  // small segment of stream 3 becomes free
   a.free(gone);
   a.free(gone2);
   CHECK(a.stats().segment.current == 3);

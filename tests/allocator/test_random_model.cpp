@@ -110,8 +110,7 @@ class Model {
     auto [si, bi] = find(ptr);
     Seg& s = segs[si];
     B& b = s.blocks[bi];
-    if (stream != s.stream && std::find(b.uses.begin(), b.uses.end(), stream) == b.uses.end())
-      b.uses.push_back(stream);
+    if (stream != s.stream && std::find(b.uses.begin(), b.uses.end(), stream) == b.uses.end()) b.uses.push_back(stream);
   }
 
   // Records which events are complete now, before a real call that may synchronize them.
@@ -305,10 +304,10 @@ void check_stats(const Stats& got, const Stats& want) {
 size_t random_size(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   double r = unit(rng);
-  if (r < 0.6) return 1 + size_t(std::exp2(unit(rng) * 20.0));          // 1 B .. 1 MiB, log-uniform
-  if (r < 0.9) return (1u << 20) + size_t(unit(rng) * (9u << 20));       // 1 .. 10 MiB
-  if (r < 0.97) return (10u << 20) + size_t(unit(rng) * (30u << 20));    // 10 .. 40 MiB
-  return (48u << 20) + size_t(unit(rng) * (112u << 20));                 // 48 .. 160 MiB (oversize rule)
+  if (r < 0.6) return 1 + size_t(std::exp2(unit(rng) * 20.0));         // 1 B .. 1 MiB, log-uniform
+  if (r < 0.9) return (1u << 20) + size_t(unit(rng) * (9u << 20));     // 1 .. 10 MiB
+  if (r < 0.97) return (10u << 20) + size_t(unit(rng) * (30u << 20));  // 10 .. 40 MiB
+  return (48u << 20) + size_t(unit(rng) * (112u << 20));               // 48 .. 160 MiB (oversize rule)
 }
 
 void run_random(uint64_t seed, int ops, size_t capacity) {
@@ -331,12 +330,10 @@ void run_random(uint64_t seed, int ops, size_t capacity) {
       model.observe_events();  // the real call may synchronize (complete) events
       try {
         p = a.allocate(bytes, s);
-      } catch (const OutOfMemoryError&) {
-        oom = true;
-      }
+      } catch (const OutOfMemoryError&) { oom = true; }
       uintptr_t want = model.alloc(bytes, s);
-      INFO("alloc " << bytes << " on stream " << s << " reserved " << model.st.reserved_bytes.current
-                    << " fake used " << fake.used() << " failed " << fake.failed_allocs);
+      INFO("alloc " << bytes << " on stream " << s << " reserved " << model.st.reserved_bytes.current << " fake used "
+                    << fake.used() << " failed " << fake.failed_allocs);
       REQUIRE(oom == (want == 0));
       if (!oom) {
         REQUIRE(reinterpret_cast<uintptr_t>(p) == want);

@@ -3,8 +3,8 @@
 // the pickle (loaded by Python's pickle when python3 exists), and the Chrome trace.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -299,8 +299,7 @@ TEST_CASE("replaying a single-stream trace reproduces every statistic", "[alloca
     if (live.size() < 24 && rng() % 2) {
       try {
         live.push_back(a.allocate(1 + rng() % (12u << 20)));
-      } catch (const OutOfMemoryError&) {
-      }
+      } catch (const OutOfMemoryError&) {}
     } else if (!live.empty()) {
       size_t k = rng() % live.size();
       a.free(live[k]);
@@ -333,8 +332,9 @@ TEST_CASE("pickle writer: Python's pickle loads the snapshot and equals the JSON
     return;
   }
   // Tricky values first: integer widths and signs, unicode, empties, floats, batching.
-  json tricky = {{"ints", {0, 1, 255, 256, 65535, 65536, 2147483647LL, 2147483648LL, -1, -2147483648LL,
-                           -2147483649LL, 9223372036854775807LL, (-9223372036854775807LL - 1)}},
+  json tricky = {{"ints",
+                  {0, 1, 255, 256, 65535, 65536, 2147483647LL, 2147483648LL, -1, -2147483648LL, -2147483649LL,
+                   9223372036854775807LL, (-9223372036854775807LL - 1)}},
                  {"u64", 18446744073709551615ULL},
                  {"str", "stage \xc3\xa9t\xc3\xa9 / \xe2\x9c\x93"},
                  {"empty_list", json::array()},
@@ -345,8 +345,8 @@ TEST_CASE("pickle writer: Python's pickle loads the snapshot and equals the JSON
   const std::string tp = "lt_alloc_test_tricky.pickle", tj = "lt_alloc_test_tricky.json";
   write_file(tp, pickle_dumps(tricky));
   write_file(tj, tricky.dump());
-  int rc = std::system(("python3 -c \"import pickle,json,sys; a=pickle.load(open('" + tp + "','rb')); b=json.load(open('" +
-                        tj + "')); sys.exit(0 if a==b else 3)\"")
+  int rc = std::system(("python3 -c \"import pickle,json,sys; a=pickle.load(open('" + tp +
+                        "','rb')); b=json.load(open('" + tj + "')); sys.exit(0 if a==b else 3)\"")
                            .c_str());
   CHECK(rc == 0);
   std::remove(tp.c_str());

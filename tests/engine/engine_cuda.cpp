@@ -107,7 +107,8 @@ TEST_CASE("cuda: elementwise ops match the CPU", "[engine][cuda]") {
     bool exact = false;
     // +, -, *, / are single IEEE operations on both sides: bit-identical
     for (auto fn : {ops::add, ops::sub, ops::mul, ops::div}) {
-      CHECK(gpu_vs_cpu({a, b}, [&](const std::vector<Tensor>& x) { return fn(x[0], x[1]); }, &exact) == 0.0);
+      CHECK(gpu_vs_cpu(
+                {a, b}, [&](const std::vector<Tensor>& x) { return fn(x[0], x[1]); }, &exact) == 0.0);
       CHECK(exact);
     }
     Tensor x = test::uniform_tensor({9, 7}, 12, -30, 30, dt);
@@ -156,12 +157,15 @@ TEST_CASE("cuda: reductions, cumsum, shape ops match the CPU", "[engine][cuda]")
     for (int64_t d : {0, 1, 2})
       for (bool rev : {false, true}) {
         bool exact = false;
-        CHECK(gpu_vs_cpu({y}, [&](const std::vector<Tensor>& t) { return ops::cumsum(t[0], d, rev); }, &exact) == 0.0);
+        CHECK(gpu_vs_cpu(
+                  {y}, [&](const std::vector<Tensor>& t) { return ops::cumsum(t[0], d, rev); }, &exact) == 0.0);
         CHECK(exact);  // same sequential order and roundings on both sides
       }
     CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::sum_to(t[0], {4, 1}); }) <= tol_for(dt) * 10);
     CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::pad(t[0], 2, 1, 3, -5.0); }) == 0.0);
-    CHECK(gpu_vs_cpu({y, y}, [](const std::vector<Tensor>& t) { return ops::cat({t[0], t[1].narrow(1, 0, 2)}, 1); }) == 0.0);
+    CHECK(gpu_vs_cpu({y, y}, [](const std::vector<Tensor>& t) {
+            return ops::cat({t[0], t[1].narrow(1, 0, 2)}, 1);
+          }) == 0.0);
     CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::tril(t[0], -1); }) == 0.0);
     CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::triu(t[0], 1); }) == 0.0);
   }
@@ -209,15 +213,18 @@ TEST_CASE("cuda: triangular solve and l2norm match the CPU", "[engine][cuda]") {
     Tensor B = test::random_tensor({2, 3, 64, 20}, 71, dt);
     const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
     for (bool tr : {false, true}) {
-      CHECK(gpu_vs_cpu({L, B}, [&](const std::vector<Tensor>& t) { return ops::solve_unit_lower(t[0], t[1], tr); }) <= tol);
+      CHECK(gpu_vs_cpu({L, B}, [&](const std::vector<Tensor>& t) { return ops::solve_unit_lower(t[0], t[1], tr); }) <=
+            tol);
       // strided right-hand side
       CHECK(gpu_vs_cpu({L, B}, [&](const std::vector<Tensor>& t) {
               return ops::solve_unit_lower(t[0], t[1].narrow(-2, 0, 64).narrow(-1, 3, 10), tr);
             }) <= tol);
     }
     Tensor x = test::random_tensor({4, 7, 2, 128}, 72, dt), dy = test::random_tensor({4, 7, 2, 128}, 73, dt);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).first; }) <= tol_for(dt) * 4);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).second; }) <= tol_for(dt) * 4);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).first; }) <=
+          tol_for(dt) * 4);
+    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::l2norm(t[0], 1e-6).second; }) <=
+          tol_for(dt) * 4);
     CHECK(gpu_vs_cpu({x, dy}, [](const std::vector<Tensor>& t) {
             auto [y, r] = ops::l2norm(t[0], 1e-6);
             return ops::l2norm_backward(t[1], y, r);

@@ -43,15 +43,21 @@ std::vector<double> round_to(const std::vector<double>& v, DType dt) {
 }  // namespace
 
 TEST_CASE("binary ops broadcast like numpy", "[engine]") {
-  struct Pair { Shape a, b; };
-  const Pair pairs[] = {{{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}}, {{5}, {1}}, {{2, 3, 4}, {2, 3, 4}},
+  struct Pair {
+    Shape a, b;
+  };
+  const Pair pairs[] = {{{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}},       {{5}, {1}},  {{2, 3, 4}, {2, 3, 4}},
                         {{1}, {3, 2}},    {{4, 1, 3, 1}, {5, 1, 1}}, {{}, {2, 2}}};
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     uint64_t seed = 100;
     for (const Pair& pr : pairs) {
       Tensor a = test::random_tensor(pr.a, seed++, dt);
       Tensor b = test::random_tensor(pr.b, seed++, dt);
-      struct Op { const char* name; Tensor (*fn)(const Tensor&, const Tensor&); double (*ref)(double, double); };
+      struct Op {
+        const char* name;
+        Tensor (*fn)(const Tensor&, const Tensor&);
+        double (*ref)(double, double);
+      };
       const Op ops_list[] = {
           {"add", ops::add, [](double x, double y) { return x + y; }},
           {"sub", ops::sub, [](double x, double y) { return x - y; }},
@@ -74,10 +80,11 @@ TEST_CASE("binary ops broadcast like numpy", "[engine]") {
 TEST_CASE("binary ops on strided views, out= forms and in-place accumulation", "[engine]") {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor base = test::random_tensor({6, 5, 4}, 7, dt);
-    Tensor a = base.transpose(0, 2).narrow(1, 1, 3);         // [4, 3, 6] strided
+    Tensor a = base.transpose(0, 2).narrow(1, 1, 3);  // [4, 3, 6] strided
     Tensor b = test::random_tensor({4, 1, 6}, 8, dt);
     Shape out_shape;
-    const auto ref = ref_binary(a, b, [](double x, double y) { return x * y; }, out_shape);
+    const auto ref = ref_binary(
+        a, b, [](double x, double y) { return x * y; }, out_shape);
     CHECK(rel_err(ops::mul(a, b).to_vector(), ref) <= tol_for(dt));
     CHECK(rel_err((a * b).to_vector(), ref) <= tol_for(dt));
 
@@ -101,12 +108,18 @@ TEST_CASE("binary ops on strided views, out= forms and in-place accumulation", "
 }
 
 TEST_CASE("unary and scalar ops match std:: references", "[engine]") {
-  struct Op { const char* name; std::function<Tensor(const Tensor&)> fn; double (*ref)(double); bool positive; };
+  struct Op {
+    const char* name;
+    std::function<Tensor(const Tensor&)> fn;
+    double (*ref)(double);
+    bool positive;
+  };
   const Op ops_list[] = {
       {"neg", [](const Tensor& x) { return ops::neg(x); }, [](double x) { return -x; }, false},
       {"exp", [](const Tensor& x) { return ops::exp(x); }, [](double x) { return std::exp(x); }, false},
       {"log", [](const Tensor& x) { return ops::log(x); }, [](double x) { return std::log(x); }, true},
-      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, false},
+      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); },
+       false},
       {"softplus", [](const Tensor& x) { return ops::softplus(x); },
        [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }, false},
       {"silu", [](const Tensor& x) { return ops::silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, false},
@@ -116,10 +129,14 @@ TEST_CASE("unary and scalar ops match std:: references", "[engine]") {
       {"abs", [](const Tensor& x) { return ops::abs(x); }, [](double x) { return std::fabs(x); }, false},
       {"relu", [](const Tensor& x) { return ops::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, false},
       {"tanh", [](const Tensor& x) { return ops::tanh(x); }, [](double x) { return std::tanh(x); }, false},
-      {"add_scalar", [](const Tensor& x) { return ops::add_scalar(x, 0.75); }, [](double x) { return x + 0.75; }, false},
-      {"mul_scalar", [](const Tensor& x) { return ops::mul_scalar(x, -1.5); }, [](double x) { return x * -1.5; }, false},
-      {"rsub_scalar", [](const Tensor& x) { return ops::rsub_scalar(x, 2.0); }, [](double x) { return 2.0 - x; }, false},
-      {"pow_scalar", [](const Tensor& x) { return ops::pow_scalar(x, 1.5); }, [](double x) { return std::pow(x, 1.5); }, true},
+      {"add_scalar", [](const Tensor& x) { return ops::add_scalar(x, 0.75); }, [](double x) { return x + 0.75; },
+       false},
+      {"mul_scalar", [](const Tensor& x) { return ops::mul_scalar(x, -1.5); }, [](double x) { return x * -1.5; },
+       false},
+      {"rsub_scalar", [](const Tensor& x) { return ops::rsub_scalar(x, 2.0); }, [](double x) { return 2.0 - x; },
+       false},
+      {"pow_scalar", [](const Tensor& x) { return ops::pow_scalar(x, 1.5); }, [](double x) { return std::pow(x, 1.5); },
+       true},
       {"clamp", [](const Tensor& x) { return ops::clamp(x, -0.5, 0.5); },
        [](double x) { return std::min(std::max(x, -0.5), 0.5); }, false},
   };
@@ -453,7 +470,8 @@ TEST_CASE("pad, cat and convert", "[engine]") {
   CHECK(c.shape() == Shape{2, 7, 3});
   CHECK(c.narrow(1, 0, 5).to_vector() == xv);
   CHECK(c.narrow(1, 5, 2).to_vector() == y.to_vector());
-  CHECK_THROWS_WITH(ops::cat({x, Tensor::zeros({2, 2, 4})}, 1), Catch::Contains("cat: shape [2, 2, 4] does not match [2, 5, 3]"));
+  CHECK_THROWS_WITH(ops::cat({x, Tensor::zeros({2, 2, 4})}, 1),
+                    Catch::Contains("cat: shape [2, 2, 4] does not match [2, 5, 3]"));
 
   Tensor h = ops::convert(x, DType::f16);
   CHECK(h.dtype() == DType::f16);

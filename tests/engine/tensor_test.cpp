@@ -159,23 +159,25 @@ TEST_CASE("copy_ broadcasts, converts and writes strided views", "[engine]") {
 }
 
 TEST_CASE("dtype conversion: bf16 round-to-nearest-even edge cases", "[engine]") {
-  struct Case { uint32_t in; uint16_t out; };
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  };
   const Case cases[] = {
-      {0x3f800000, 0x3f80},  // 1
-      {0x3f808000, 0x3f80},  // 1 + 2^-8: tie, keep even
-      {0x3f818000, 0x3f82},  // 1 + 3*2^-8: tie, round up to even
-      {0x3f808001, 0x3f81},  // just above the tie
-      {0x3f80ffff, 0x3f81},
-      {0x7f7fffff, 0x7f80},  // FLT_MAX overflows to inf
-      {0x7f800000, 0x7f80},  // inf
-      {0xff800000, 0xff80},  // -inf
-      {0x7fc00000, 0x7fc0},  // qNaN
-      {0x7f800001, 0x7fc0},  // sNaN -> quiet NaN
-      {0x80000000, 0x8000},  // -0
-      {0x00000001, 0x0000},  // smallest denormal rounds to 0
-      {0x00008000, 0x0000},  // tie, even
-      {0x00018000, 0x0002},  // tie, up to even
-      {0xc0490fdb, 0xc049},  // -pi
+      {0x3f800000, 0x3f80},                        // 1
+      {0x3f808000, 0x3f80},                        // 1 + 2^-8: tie, keep even
+      {0x3f818000, 0x3f82},                        // 1 + 3*2^-8: tie, round up to even
+      {0x3f808001, 0x3f81},                        // just above the tie
+      {0x3f80ffff, 0x3f81}, {0x7f7fffff, 0x7f80},  // FLT_MAX overflows to inf
+      {0x7f800000, 0x7f80},                        // inf
+      {0xff800000, 0xff80},                        // -inf
+      {0x7fc00000, 0x7fc0},                        // qNaN
+      {0x7f800001, 0x7fc0},                        // sNaN -> quiet NaN
+      {0x80000000, 0x8000},                        // -0
+      {0x00000001, 0x0000},                        // smallest denormal rounds to 0
+      {0x00008000, 0x0000},                        // tie, even
+      {0x00018000, 0x0002},                        // tie, up to even
+      {0xc0490fdb, 0xc049},                        // -pi
   };
   std::vector<double> in;
   for (const Case& c : cases) in.push_back(bitsf(c.in));
@@ -206,19 +208,22 @@ TEST_CASE("dtype conversion: bf16 round-to-nearest-even edge cases", "[engine]")
 }
 
 TEST_CASE("dtype conversion: f16 round-to-nearest-even edge cases", "[engine]") {
-  struct Case { float in; uint16_t out; };
+  struct Case {
+    float in;
+    uint16_t out;
+  };
   const Case cases[] = {
       {1.0f, 0x3c00},
-      {65504.0f, 0x7bff},                         // largest finite
+      {65504.0f, 0x7bff},  // largest finite
       {65519.99f, 0x7bff},
-      {65520.0f, 0x7c00},                         // tie with the next binade: to inf
+      {65520.0f, 0x7c00},  // tie with the next binade: to inf
       {-70000.0f, 0xfc00},
-      {std::ldexp(1.0f, -24), 0x0001},            // smallest subnormal
-      {std::ldexp(1.0f, -25), 0x0000},            // tie: even
-      {std::ldexp(3.0f, -25), 0x0002},            // tie: up to even
-      {std::ldexp(1.0f, -14), 0x0400},            // smallest normal
-      {1.0f + std::ldexp(1.0f, -11), 0x3c00},     // tie: even
-      {1.0f + std::ldexp(3.0f, -11), 0x3c02},     // tie: up to even
+      {std::ldexp(1.0f, -24), 0x0001},         // smallest subnormal
+      {std::ldexp(1.0f, -25), 0x0000},         // tie: even
+      {std::ldexp(3.0f, -25), 0x0002},         // tie: up to even
+      {std::ldexp(1.0f, -14), 0x0400},         // smallest normal
+      {1.0f + std::ldexp(1.0f, -11), 0x3c00},  // tie: even
+      {1.0f + std::ldexp(3.0f, -11), 0x3c02},  // tie: up to even
       {-0.0f, 0x8000},
       {NAN, 0x7e00},
       {INFINITY, 0x7c00},
@@ -275,7 +280,8 @@ TEST_CASE("to_string shows shape, dtype, device and elides", "[engine]") {
 
 TEST_CASE("shape errors name the shapes", "[engine]") {
   Tensor x = Tensor::zeros({2, 64, 4});
-  CHECK_THROWS_WITH(x.narrow(1, 60, 8), Catch::Contains("narrow: start 60 + length 8 > size 64 of dim 1 of [2, 64, 4]"));
+  CHECK_THROWS_WITH(x.narrow(1, 60, 8),
+                    Catch::Contains("narrow: start 60 + length 8 > size 64 of dim 1 of [2, 64, 4]"));
   CHECK_THROWS_WITH(x.view({3, -1}), Catch::Contains("[2, 64, 4]"));
   CHECK_THROWS_WITH(x.permute({0, 1}), Catch::Contains("permute"));
   CHECK_THROWS_WITH(x.squeeze(1), Catch::Contains("squeeze: dim 1 of [2, 64, 4] is not 1"));

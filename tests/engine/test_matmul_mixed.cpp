@@ -42,7 +42,7 @@ double worst_f32_half_ulps(const std::vector<double>& c, const std::vector<doubl
   for (size_t i = 0; i < c.size(); ++i) {
     if (std::isnan(c[i])) return INFINITY;
     int e = 0;
-    std::frexp(ref[i], &e);                 // |ref| in [2^(e-1), 2^e)
+    std::frexp(ref[i], &e);                           // |ref| in [2^(e-1), 2^e)
     const double half_ulp = std::ldexp(1.0, e - 25);  // f32: 24 significant bits
     worst = std::max(worst, std::fabs(c[i] - ref[i]) / half_ulp);
   }
@@ -105,8 +105,8 @@ TEST_CASE("matmul_out: f32 accumulation from bf16 operands (alpha, beta = 1, sha
   const Tensor w0 = test::random_tensor({E, D}, 202, DType::f32);
   Tensor w = w0.clone();
   ops::matmul_out(w, dy, x, true, false, 0.5, 1.0);
-  const std::vector<double> ref = gemm_ref(dy.to_vector(), x.to_vector(), 1, E, D, R, true, false, 0.5, 1.0,
-                                           w0.to_vector());
+  const std::vector<double> ref =
+      gemm_ref(dy.to_vector(), x.to_vector(), 1, E, D, R, true, false, 0.5, 1.0, w0.to_vector());
   CHECK(worst_f32_half_ulps(w.to_vector(), ref) <= 1.0);
 
   // A batched bf16 operand against a shared 2-D one: x3 [2, R, D] @ W [E, D]^T -> f32 [2, R, E].
@@ -161,9 +161,9 @@ TEST_CASE("matmul: TF32 emulation rounds f32 operands to 10 mantissa bits", "[op
       CHECK(tf_vs_fp < 2e-3);
     }
   // Ties round away from zero; values already in TF32 are unchanged; other dtypes ignore it.
-  const Tensor ties = Tensor::from_vector(std::vector<double>{1.0 + std::ldexp(1.0, -11), -(1.0 + 3 * std::ldexp(1.0, -11)),
-                                                              1.0 + std::ldexp(1.0, -10)},
-                                          {1, 3}, DType::f32);
+  const Tensor ties = Tensor::from_vector(
+      std::vector<double>{1.0 + std::ldexp(1.0, -11), -(1.0 + 3 * std::ldexp(1.0, -11)), 1.0 + std::ldexp(1.0, -10)},
+      {1, 3}, DType::f32);
   const Tensor one = Tensor::full({3, 1}, 1.0, DType::f32);
   Tf32Scope on(true);
   const std::vector<double> r = ops::matmul(ties.transpose(0, 1), Tensor::full({1, 1}, 1.0)).to_vector();
@@ -171,11 +171,11 @@ TEST_CASE("matmul: TF32 emulation rounds f32 operands to 10 mantissa bits", "[op
   CHECK(r[1] == -(1.0 + 2 * std::ldexp(1.0, -10)));
   CHECK(r[2] == 1.0 + std::ldexp(1.0, -10));
   CHECK(ops::matmul(ties, one).item() == ref_tf32(1.0 + std::ldexp(1.0, -11)) +
-                                              ref_tf32(-(1.0 + 3 * std::ldexp(1.0, -11))) +
-                                              ref_tf32(1.0 + std::ldexp(1.0, -10)));
+                                             ref_tf32(-(1.0 + 3 * std::ldexp(1.0, -11))) +
+                                             ref_tf32(1.0 + std::ldexp(1.0, -10)));
   const Tensor a64 = test::random_tensor({5, 6}, 450, DType::f64), b64 = test::random_tensor({6, 4}, 451, DType::f64);
-  CHECK(test::rel_err(ops::matmul(a64, b64).to_vector(), gemm_ref(a64.to_vector(), b64.to_vector(), 1, 5, 4, 6,
-                                                                    false, false)) < 1e-15);
+  CHECK(test::rel_err(ops::matmul(a64, b64).to_vector(),
+                      gemm_ref(a64.to_vector(), b64.to_vector(), 1, 5, 4, 6, false, false)) < 1e-15);
   const Tensor a16 = a64.to(DType::bf16), b16 = b64.to(DType::bf16);
   CHECK(worst_f32_half_ulps(ops::matmul(a16, b16, false, false, DType::f32).to_vector(),
                             gemm_ref(a16.to_vector(), b16.to_vector(), 1, 5, 4, 6, false, false)) <= 1.0);

@@ -1,12 +1,12 @@
 // Shared helpers of the RWKV6 tests (CPU and CUDA): fla-style random inputs and the
 // relative norm error ||x - ref|| / ||ref||.
 #pragma once
-#include "tests/support/compare.h"
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
+#include "tests/support/compare.h"
 
 #include "kernels/half.h"
 #include "kernels/rwkv6.h"
@@ -43,7 +43,7 @@ struct Problem {
     w.resize(n);
     for (auto& e : w) {
       const double z = nd(rng);
-      if (gate == GateKind::kLogSigmoid) e = -std::log1p(std::exp(-z));  // logsigmoid(z)
+      if (gate == GateKind::kLogSigmoid) e = -std::log1p(std::exp(-z));       // logsigmoid(z)
       else if (gate == GateKind::kNegExp) e = std::max(-std::exp(z), -20.0);  // -exp(z), clamped
       else e = std::max(-std::exp(z + 1.5), -20.0);
     }
@@ -67,8 +67,8 @@ struct Problem {
 struct Grads {
   std::vector<double> o, ht, dr, dk, dv, dw, du, dh0;
   explicit Grads(const Dims& d)
-      : o(d.tokens_numel()), ht(d.state_numel()), dr(d.tokens_numel()), dk(d.tokens_numel()),
-        dv(d.tokens_numel()), dw(d.tokens_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
+      : o(d.tokens_numel()), ht(d.state_numel()), dr(d.tokens_numel()), dk(d.tokens_numel()), dv(d.tokens_numel()),
+        dw(d.tokens_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
 };
 
 inline const char* gate_name(GateKind g) {
@@ -77,11 +77,10 @@ inline const char* gate_name(GateKind g) {
 
 inline Grads naive_reference(const Problem& p) {
   Grads g(p.d);
-  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
-                        g.o.data(), g.ht.data());
-  naive_backward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
-                         p.dO.data(), p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(),
-                         g.du.data(), g.dh0.data());
+  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), g.o.data(),
+                        g.ht.data());
+  naive_backward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), p.dO.data(),
+                         p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(), g.du.data(), g.dh0.data());
   return g;
 }
 

@@ -23,8 +23,13 @@ namespace {
 double naive_loss(const Case& c, const Data& x) {
   NaiveInputs<double> in;
   in.dims = c.dims;
-  in.q = x.q.data(); in.k = x.k.data(); in.v = x.v.data(); in.f = x.f.data(); in.b = x.b.data();
-  in.A_log = x.A_log.data(); in.dt_bias = x.dt_bias.data();
+  in.q = x.q.data();
+  in.k = x.k.data();
+  in.v = x.v.data();
+  in.f = x.f.data();
+  in.b = x.b.data();
+  in.A_log = x.A_log.data();
+  in.dt_bias = x.dt_bias.data();
   in.h0 = c.h0 ? x.h0.data() : nullptr;
   in.gate = c.gate;
   std::vector<double> o(x.q.size()), ht(static_cast<size_t>(c.dims.B * c.dims.H * c.dims.D * c.dims.D));
@@ -67,14 +72,31 @@ Result run_fused_twin(const Case& c, const Data& x) {
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
   std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
   ForwardWorkspace fw;
-  fw.W = W.data(); fw.U = static_cast<float*>(U.data()); fw.sQ = sQ.data(); fw.Kbar = static_cast<float*>(Kbar.data());
-  fw.Aqk = aqk.data(); fw.gamma = gam.data(); fw.Qp = Qp.data(); fw.Ob = Ob.data();
+  fw.W = W.data();
+  fw.U = static_cast<float*>(U.data());
+  fw.sQ = sQ.data();
+  fw.Kbar = static_cast<float*>(Kbar.data());
+  fw.Aqk = aqk.data();
+  fw.gamma = gam.data();
+  fw.Qp = Qp.data();
+  fw.Ob = Ob.data();
 
   FusedArgs a;
-  a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
-  a.q = q.data(); a.k = k.data(); a.v = v.data(); a.f = f.data(); a.b = b.data();
-  a.A_log = A_log.data(); a.dt_bias = dt_bias.data(); a.h0 = c.h0 ? h0.data() : nullptr;
-  a.o = o.data(); a.ht = ht.data(); a.h = h.data();
+  a.dims = d;
+  a.dtype = c.dtype;
+  a.gate = c.gate;
+  a.tensor_cores = !c.simt;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.f = f.data();
+  a.b = b.data();
+  a.A_log = A_log.data();
+  a.dt_bias = dt_bias.data();
+  a.h0 = c.h0 ? h0.data() : nullptr;
+  a.o = o.data();
+  a.ht = ht.data();
+  a.h = h.data();
   fused_forward_cpu(a, fw);
 
   // The backward keeps the forward's saved tiles (W, U, sQ, Kbar, Aqk, gamma: kernels/kda.h)
@@ -84,13 +106,31 @@ Result run_fused_twin(const Case& c, const Data& x) {
   Qp.poison();
   Ob.poison();
   BackwardWorkspace ws;
-  ws.Aqk = fw.Aqk; ws.W = fw.W; ws.U = fw.U; ws.sQ = fw.sQ; ws.Kbar = fw.Kbar; ws.gamma = fw.gamma;
+  ws.Aqk = fw.Aqk;
+  ws.W = fw.W;
+  ws.U = fw.U;
+  ws.sQ = fw.sQ;
+  ws.Kbar = fw.Kbar;
+  ws.gamma = fw.gamma;
   ws.AqkT_dO = Ob.data();
-  ws.Xw = fw.W; ws.Delta = fw.U; ws.Xq = fw.sQ; ws.Xk = fw.Kbar; ws.dDelta = Ob.data();
-  ws.dgamma_s = dgs.data(); ws.partials = parts.data(); ws.counters = counters.data();
-  a.dO = dO.data(); a.dht = c.dht ? dht.data() : nullptr;
-  a.dq = dq.data(); a.dk = dk.data(); a.dv = dv.data(); a.df = df.data(); a.db = db.data();
-  a.dA_log = dA_log.data(); a.ddt_bias = ddt.data(); a.dh0 = dh0.data();
+  ws.Xw = fw.W;
+  ws.Delta = fw.U;
+  ws.Xq = fw.sQ;
+  ws.Xk = fw.Kbar;
+  ws.dDelta = Ob.data();
+  ws.dgamma_s = dgs.data();
+  ws.partials = parts.data();
+  ws.counters = counters.data();
+  a.dO = dO.data();
+  a.dht = c.dht ? dht.data() : nullptr;
+  a.dq = dq.data();
+  a.dk = dk.data();
+  a.dv = dv.data();
+  a.df = df.data();
+  a.db = db.data();
+  a.dA_log = dA_log.data();
+  a.ddt_bias = ddt.data();
+  a.dh0 = dh0.data();
   // In two parts as the engine runs it: after aqk_dO the A_qk tile is dead (poisoned here,
   // and its pointer withdrawn: the adjoints must not read it).
   fused_backward_cpu(a, ws, BackwardPart::aqk_dO);
@@ -99,9 +139,16 @@ Result run_fused_twin(const Case& c, const Data& x) {
   fused_backward_cpu(a, ws, BackwardPart::adjoints);
 
   Result r;
-  r.o = o.to_double(); r.ht = to_f64(ht);
-  r.dq = dq.to_double(); r.dk = dk.to_double(); r.dv = dv.to_double(); r.df = df.to_double();
-  r.db = db.to_double(); r.dA_log = to_f64(dA_log); r.ddt_bias = to_f64(ddt); r.dh0 = to_f64(dh0);
+  r.o = o.to_double();
+  r.ht = to_f64(ht);
+  r.dq = dq.to_double();
+  r.dk = dk.to_double();
+  r.dv = dv.to_double();
+  r.df = df.to_double();
+  r.db = db.to_double();
+  r.dA_log = to_f64(dA_log);
+  r.ddt_bias = to_f64(ddt);
+  r.dh0 = to_f64(dh0);
   return r;
 }
 
@@ -122,10 +169,19 @@ TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", 
     for (auto& e : x.dt_bias) e += 3.0;
     Result r = run_naive(c, x);
     const double eps = 1e-6;
-    struct G { const char* name; std::vector<double>* input; const std::vector<double>* grad; };
-    std::vector<G> gs = {{"dq", &x.q, &r.dq}, {"dk", &x.k, &r.dk}, {"dv", &x.v, &r.dv},
-                         {"df", &x.f, &r.df}, {"db", &x.b, &r.db}, {"dA_log", &x.A_log, &r.dA_log},
-                         {"ddt_bias", &x.dt_bias, &r.ddt_bias}, {"dh0", &x.h0, &r.dh0}};
+    struct G {
+      const char* name;
+      std::vector<double>* input;
+      const std::vector<double>* grad;
+    };
+    std::vector<G> gs = {{"dq", &x.q, &r.dq},
+                         {"dk", &x.k, &r.dk},
+                         {"dv", &x.v, &r.dv},
+                         {"df", &x.f, &r.df},
+                         {"db", &x.b, &r.db},
+                         {"dA_log", &x.A_log, &r.dA_log},
+                         {"ddt_bias", &x.dt_bias, &r.ddt_bias},
+                         {"dh0", &x.h0, &r.dh0}};
     for (auto& g : gs) {
       const std::vector<double> fd = finite_diff(c, x, g.input, eps);
       const double e = rel_err_l2(*g.grad, fd);
@@ -149,14 +205,23 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
   std::vector<float> q = to_f32(x.q), k = to_f32(x.k), v = to_f32(x.v), f = to_f32(x.f), b = to_f32(x.b),
                      A = to_f32(x.A_log), dt = to_f32(x.dt_bias), h0 = to_f32(x.h0), dO = to_f32(x.dO),
                      dht = to_f32(x.dht);
-  in.dims = c.dims; in.q = q.data(); in.k = k.data(); in.v = v.data(); in.f = f.data(); in.b = b.data();
-  in.A_log = A.data(); in.dt_bias = dt.data(); in.h0 = h0.data();
-  std::vector<float> o(q.size()), ht(h0.size()), dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()),
-      db(b.size()), dA(A.size()), ddt(dt.size()), dh0(h0.size());
+  in.dims = c.dims;
+  in.q = q.data();
+  in.k = k.data();
+  in.v = v.data();
+  in.f = f.data();
+  in.b = b.data();
+  in.A_log = A.data();
+  in.dt_bias = dt.data();
+  in.h0 = h0.data();
+  std::vector<float> o(q.size()), ht(h0.size()), dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()),
+      dA(A.size()), ddt(dt.size()), dh0(h0.size());
   naive_forward<float>(in, o.data(), ht.data());
-  naive_backward<float>(in, dO.data(), dht.data(),
-                        NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  Result r{to_f64(o), to_f64(ht), to_f64(dq), to_f64(dk), to_f64(dv), to_f64(df), to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0)};
+  naive_backward<float>(
+      in, dO.data(), dht.data(),
+      NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
+  Result r{to_f64(o),  to_f64(ht), to_f64(dq), to_f64(dk),  to_f64(dv),
+           to_f64(df), to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0)};
   const ErrReport e = compare(r, ref, false, true, true);
   std::printf("[kda] naive f32 vs f64:%s\n", e.str().c_str());
   CHECK(e.worst() < 1e-5);
@@ -167,17 +232,20 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   std::vector<Case> cases;
   auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
     Case c;
-    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    c.dims = d;
+    c.h0 = h0;
+    c.dht = dht;
+    c.dtype = dt;
     c.gate.use_lower_bound = lb;
     cases.push_back(c);
   };
-  add({1, 37, 2, 64, 16}, false, false, false, DType::f32);   // partial last chunk
-  add({2, 50, 1, 64, 32}, true, true, false, DType::f32);     // initial state, dht
-  add({1, 70, 1, 64, 64}, true, false, true, DType::f32);     // lower-bound gate, 2 chunks
-  add({1, 45, 1, 128, 64}, false, true, false, DType::f32);   // D = 128, one partial chunk
+  add({1, 37, 2, 64, 16}, false, false, false, DType::f32);  // partial last chunk
+  add({2, 50, 1, 64, 32}, true, true, false, DType::f32);    // initial state, dht
+  add({1, 70, 1, 64, 64}, true, false, true, DType::f32);    // lower-bound gate, 2 chunks
+  add({1, 45, 1, 128, 64}, false, true, false, DType::f32);  // D = 128, one partial chunk
   add({1, 33, 1, 128, 16}, true, true, false, DType::f32);
-  add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);    // bf16 inputs
-  for (size_t i = 0, n = cases.size(); i < n; ++i) {  // and the fp32 CUDA-core scan variant
+  add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);  // bf16 inputs
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {        // and the fp32 CUDA-core scan variant
     Case c = cases[i];
     c.simt = true;
     cases.push_back(c);
@@ -191,7 +259,8 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
     const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] twin vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
+    std::printf("[kda] twin vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
+                gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
@@ -216,9 +285,7 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   auto message = [&](BackwardPart part) -> std::string {
     try {
       fused_backward_cpu(a, ws, part);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
+    } catch (const std::invalid_argument& e) { return e.what(); }
     return "(no exception)";
   };
   // aqk_dO needs A_qk; the gradient pointers are not needed yet, so the missing Aqk is what it names.

@@ -39,7 +39,9 @@ struct Dev {
     return p;
   }
   template <class V>
-  void* up(V& v) { return up(v.data(), v.size() * sizeof(v[0])); }
+  void* up(V& v) {
+    return up(v.data(), v.size() * sizeof(v[0]));
+  }
 };
 
 std::vector<double> down_typed(DType dt, const void* p, size_t n) {
@@ -62,10 +64,17 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   std::vector<float> A_log = to_f32(x.A_log), dt_bias = to_f32(x.dt_bias), h0 = to_f32(x.h0), dht = to_f32(x.dht);
   const size_t es = c.dtype == DType::bf16 ? 2 : 4;
   FusedArgs a;
-  a.dims = d; a.dtype = c.dtype; a.gate = c.gate; a.tensor_cores = !c.simt;
-  a.q = dev.up(q.data(), q.bytes()); a.k = dev.up(k.data(), k.bytes()); a.v = dev.up(v.data(), v.bytes());
-  a.f = dev.up(f.data(), f.bytes()); a.b = dev.up(b.data(), b.bytes());
-  a.A_log = static_cast<float*>(dev.up(A_log)); a.dt_bias = static_cast<float*>(dev.up(dt_bias));
+  a.dims = d;
+  a.dtype = c.dtype;
+  a.gate = c.gate;
+  a.tensor_cores = !c.simt;
+  a.q = dev.up(q.data(), q.bytes());
+  a.k = dev.up(k.data(), k.bytes());
+  a.v = dev.up(v.data(), v.bytes());
+  a.f = dev.up(f.data(), f.bytes());
+  a.b = dev.up(b.data(), b.bytes());
+  a.A_log = static_cast<float*>(dev.up(A_log));
+  a.dt_bias = static_cast<float*>(dev.up(dt_bias));
   a.h0 = c.h0 ? static_cast<float*>(dev.up(h0)) : nullptr;
   a.o = dev.get(n * es);
   a.ht = static_cast<float*>(dev.get(ns * 4));
@@ -76,21 +85,37 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   // place as the engine runs it (Xw over W, Delta over U, Xq over sQ, Xk over Kbar), and gets
   // a fresh poisoned AqkT_dO (= dDelta) / dgamma_s / partials / counters; Qp / Ob are unused.
   ForwardWorkspace fw;
-  fw.W = dev.get(wb.tile); fw.U = static_cast<float*>(dev.get(wb.tile_f32)); fw.sQ = dev.get(wb.tile);
-  fw.Kbar = static_cast<float*>(dev.get(wb.tile_f32)); fw.Aqk = dev.get(wb.aqk);
+  fw.W = dev.get(wb.tile);
+  fw.U = static_cast<float*>(dev.get(wb.tile_f32));
+  fw.sQ = dev.get(wb.tile);
+  fw.Kbar = static_cast<float*>(dev.get(wb.tile_f32));
+  fw.Aqk = dev.get(wb.aqk);
   fw.gamma = static_cast<float*>(dev.get(wb.gamma));
-  fw.Qp = dev.get(wb.tile); fw.Ob = dev.get(wb.tile);
+  fw.Qp = dev.get(wb.tile);
+  fw.Ob = dev.get(wb.tile);
   fused_forward_cuda(a, fw, nullptr);
   BackwardWorkspace bw;
-  bw.Aqk = fw.Aqk; bw.W = fw.W; bw.U = fw.U; bw.sQ = fw.sQ; bw.Kbar = fw.Kbar; bw.gamma = fw.gamma;
+  bw.Aqk = fw.Aqk;
+  bw.W = fw.W;
+  bw.U = fw.U;
+  bw.sQ = fw.sQ;
+  bw.Kbar = fw.Kbar;
+  bw.gamma = fw.gamma;
   bw.AqkT_dO = dev.get(wb.tile);
-  bw.Xw = fw.W; bw.Delta = fw.U; bw.Xq = fw.sQ; bw.Xk = fw.Kbar; bw.dDelta = bw.AqkT_dO;
+  bw.Xw = fw.W;
+  bw.Delta = fw.U;
+  bw.Xq = fw.sQ;
+  bw.Xk = fw.Kbar;
+  bw.dDelta = bw.AqkT_dO;
   bw.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
   bw.partials = static_cast<float*>(dev.get(wb.partials));
   bw.counters = static_cast<uint32_t*>(dev.get(wb.counters));
   a.dO = dev.up(dO.data(), dO.bytes());
   a.dht = c.dht ? static_cast<float*>(dev.up(dht)) : nullptr;
-  a.dq = dev.get(n * es); a.dk = dev.get(n * es); a.dv = dev.get(n * es); a.df = dev.get(n * es);
+  a.dq = dev.get(n * es);
+  a.dk = dev.get(n * es);
+  a.dv = dev.get(n * es);
+  a.df = dev.get(n * es);
   a.db = dev.get(nb * es);
   a.dA_log = static_cast<float*>(dev.get(d.H * 4));
   a.ddt_bias = static_cast<float*>(dev.get(d.H * d.D * 4));
@@ -98,11 +123,16 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   fused_backward_cuda(a, bw, nullptr);
   LT_CUDA_CHECK(cudaDeviceSynchronize());
   Result r;
-  r.o = down_typed(c.dtype, a.o, n); r.ht = down_f32(a.ht, ns);
-  r.dq = down_typed(c.dtype, a.dq, n); r.dk = down_typed(c.dtype, a.dk, n);
-  r.dv = down_typed(c.dtype, a.dv, n); r.df = down_typed(c.dtype, a.df, n);
+  r.o = down_typed(c.dtype, a.o, n);
+  r.ht = down_f32(a.ht, ns);
+  r.dq = down_typed(c.dtype, a.dq, n);
+  r.dk = down_typed(c.dtype, a.dk, n);
+  r.dv = down_typed(c.dtype, a.dv, n);
+  r.df = down_typed(c.dtype, a.df, n);
   r.db = down_typed(c.dtype, a.db, nb);
-  r.dA_log = down_f32(a.dA_log, d.H); r.ddt_bias = down_f32(a.ddt_bias, d.H * d.D); r.dh0 = down_f32(a.dh0, ns);
+  r.dA_log = down_f32(a.dA_log, d.H);
+  r.ddt_bias = down_f32(a.ddt_bias, d.H * d.D);
+  r.dh0 = down_f32(a.dh0, ns);
   return r;
 }
 
@@ -133,18 +163,21 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
   std::vector<Case> cases;
   auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
     Case c;
-    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    c.dims = d;
+    c.h0 = h0;
+    c.dht = dht;
+    c.dtype = dt;
     c.gate.use_lower_bound = lb;
     cases.push_back(c);
   };
-  add({8, 512, 12, 64, 16}, false, false, false, DType::f32);   // the seed shape, chunk 16
-  add({8, 512, 12, 64, 64}, false, false, false, DType::f32);   // chunk 64
+  add({8, 512, 12, 64, 16}, false, false, false, DType::f32);  // the seed shape, chunk 16
+  add({8, 512, 12, 64, 64}, false, false, false, DType::f32);  // chunk 64
   add({8, 512, 12, 64, 32}, false, false, false, DType::f32);
   add({8, 512, 12, 64, 64}, false, false, false, DType::bf16);  // bf16 inputs
   add({8, 512, 12, 64, 16}, false, false, false, DType::bf16);
-  add({2, 300, 3, 64, 64}, true, true, false, DType::f32);      // T % C != 0, h0, dht
-  add({2, 300, 3, 64, 16}, true, true, true, DType::f32);       // lower-bound gate
-  add({2, 200, 2, 128, 64}, true, true, false, DType::f32);     // D = 128
+  add({2, 300, 3, 64, 64}, true, true, false, DType::f32);   // T % C != 0, h0, dht
+  add({2, 300, 3, 64, 16}, true, true, true, DType::f32);    // lower-bound gate
+  add({2, 200, 2, 128, 64}, true, true, false, DType::f32);  // D = 128
   add({2, 200, 2, 128, 32}, true, true, false, DType::f32);
   add({2, 200, 2, 128, 16}, true, false, false, DType::f32);
   add({2, 200, 2, 128, 64}, true, true, false, DType::bf16);
@@ -167,8 +200,10 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
     const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
-    (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) = std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
+    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
+                gt.adapted.c_str());
+    (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) =
+        std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
     INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }

@@ -34,7 +34,7 @@ TEST_CASE("stage scopes nest and restore the path", "[launch]") {
 
 TEST_CASE("launches are counted against the current stage and reset", "[launch]") {
   lt::reset_launch_atlas();
-  lt::count_launch();   // outside any scope
+  lt::count_launch();  // outside any scope
   {
     lt::StageScope a("bwd/L1/kda/inter_adjoint");
     lt::count_launch();
@@ -53,7 +53,7 @@ TEST_CASE("launches are counted against the current stage and reset", "[launch]"
   CHECK(lt::total_launches() == 0);
   {
     lt::StageScope a("bwd/L1/kda/inter_adjoint");
-    lt::count_launch();   // the cached counter survives the reset
+    lt::count_launch();  // the cached counter survives the reset
   }
   CHECK(launches_of("bwd/L1/kda/inter_adjoint") == 1);
   lt::reset_launch_atlas();

@@ -19,8 +19,8 @@ namespace {
 // Loss L = sum o . G + sum ht . Ght (G = dO, Ght = dht), in float64.
 double loss(const Problem& p) {
   std::vector<double> o(p.d.tokens_numel()), ht(p.d.state_numel());
-  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(),
-                        o.data(), ht.data());
+  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), o.data(),
+                        ht.data());
   double l = 0;
   for (size_t i = 0; i < o.size(); ++i) l += o[i] * p.dO[i];
   if (!p.dht.empty())
@@ -52,8 +52,8 @@ double fd_check(Problem& p, std::vector<double>& x, const std::vector<double>& g
 TEST_CASE("rwkv6 naive backward matches finite differences (f64)", "[rwkv6]") {
   for (int variant = 0; variant < 2; ++variant) {
     Dims d{2, 7, 2, 3, 16};
-    Problem p(d, 1234 + variant, variant == 0 ? GateKind::kLogSigmoid : GateKind::kNegExp, variant == 0,
-              variant == 0, 0.7);
+    Problem p(d, 1234 + variant, variant == 0 ? GateKind::kLogSigmoid : GateKind::kNegExp, variant == 0, variant == 0,
+              0.7);
     Grads g = naive_reference(p);
     std::printf("rwkv6 fd variant %d (h0/dht %s)\n", variant, variant == 0 ? "on" : "off");
     CHECK(fd_check(p, p.r, g.dr, "dr") < 1e-7);
@@ -77,14 +77,14 @@ template <class F>
 void check_twins(const TwinCase& c, double tol, uint64_t seed) {
   Problem p(c.d, seed, c.gate, c.h0, c.dht);
   Grads ref = naive_reference(p);
-  auto r = cast_vec<F>(p.r), k = cast_vec<F>(p.k), v = cast_vec<F>(p.v), w = cast_vec<F>(p.w),
-       u = cast_vec<F>(p.u), h0 = cast_vec<F>(p.h0), dO = cast_vec<F>(p.dO), dht = cast_vec<F>(p.dht);
+  auto r = cast_vec<F>(p.r), k = cast_vec<F>(p.k), v = cast_vec<F>(p.v), w = cast_vec<F>(p.w), u = cast_vec<F>(p.u),
+       h0 = cast_vec<F>(p.h0), dO = cast_vec<F>(p.dO), dht = cast_vec<F>(p.dht);
   const F* h0p = p.h0.empty() ? nullptr : h0.data();
   const F* dhtp = p.dht.empty() ? nullptr : dht.data();
   const Dims& d = c.d;
   std::vector<F> o(d.tokens_numel(), NAN), ht(d.state_numel(), NAN);
-  chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p,
-                       o.data(), ht.data());
+  chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p, o.data(),
+                       ht.data());
   const double eo = rel_err_l2(o, ref.o), eht = rel_err_l2(ht, ref.ht);
   std::printf("rwkv6 twin<%s> B%lld T%lld H%lld D%lld C%lld gate %s h0 %d dht %d: o %.2e ht %.2e\n",
               sizeof(F) == 8 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D,
@@ -94,13 +94,13 @@ void check_twins(const TwinCase& c, double tol, uint64_t seed) {
   for (int fused = 1; fused >= 0; --fused) {
     std::vector<F> dr(d.tokens_numel(), NAN), dk(d.tokens_numel(), NAN), dv(d.tokens_numel(), NAN),
         dw(d.tokens_numel(), NAN), du(d.H * d.D, NAN), dh0(d.state_numel(), NAN);
-    chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(),
-                          u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(), dw.data(),
-                          du.data(), dh0.data());
+    chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(),
+                          k.data(), v.data(), w.data(), u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(),
+                          dw.data(), du.data(), dh0.data());
     const double e[6] = {rel_err_l2(dr, ref.dr), rel_err_l2(dk, ref.dk), rel_err_l2(dv, ref.dv),
                          rel_err_l2(dw, ref.dw), rel_err_l2(du, ref.du), rel_err_l2(dh0, ref.dh0)};
-    std::printf("    %-8s dr %.2e dk %.2e dv %.2e dw %.2e du %.2e dh0 %.2e\n", fused ? "fused" : "fallback", e[0],
-                e[1], e[2], e[3], e[4], e[5]);
+    std::printf("    %-8s dr %.2e dk %.2e dv %.2e dw %.2e du %.2e dh0 %.2e\n", fused ? "fused" : "fallback", e[0], e[1],
+                e[2], e[3], e[4], e[5]);
     for (double x : e) CHECK(x < tol);
   }
 }
@@ -109,11 +109,11 @@ void check_twins(const TwinCase& c, double tol, uint64_t seed) {
 
 TEST_CASE("rwkv6 CPU twins of the fused stages match the naive recurrence (f64)", "[rwkv6]") {
   const TwinCase cases[] = {
-      {{1, 1, 1, 8, 16}, GateKind::kLogSigmoid, true, true},     // a single token
-      {{2, 50, 2, 8, 16}, GateKind::kLogSigmoid, true, true},    // partial last chunk (50 = 3*16+2)
-      {{1, 77, 2, 12, 32}, GateKind::kNegExp, false, true},      // no h0, partial
-      {{2, 100, 1, 8, 64}, GateKind::kNegExp, true, false},      // 64-chunks, partial, no dht
-      {{1, 128, 2, 8, 64}, GateKind::kLogSigmoid, true, true},   // exact chunks
+      {{1, 1, 1, 8, 16}, GateKind::kLogSigmoid, true, true},    // a single token
+      {{2, 50, 2, 8, 16}, GateKind::kLogSigmoid, true, true},   // partial last chunk (50 = 3*16+2)
+      {{1, 77, 2, 12, 32}, GateKind::kNegExp, false, true},     // no h0, partial
+      {{2, 100, 1, 8, 64}, GateKind::kNegExp, true, false},     // 64-chunks, partial, no dht
+      {{1, 128, 2, 8, 64}, GateKind::kLogSigmoid, true, true},  // exact chunks
   };
   uint64_t seed = 99;
   for (const auto& c : cases) check_twins<double>(c, 1e-12, seed++);
@@ -121,7 +121,7 @@ TEST_CASE("rwkv6 CPU twins of the fused stages match the naive recurrence (f64)"
 
 TEST_CASE("rwkv6 CPU twins in f32 stay within 1e-5 of the f64 recurrence, strong decays included", "[rwkv6]") {
   const TwinCase cases[] = {
-      {{1, 90, 2, 16, 64}, GateKind::kNegExp, true, true},     // w down to -20: e^{-Gi} would overflow
+      {{1, 90, 2, 16, 64}, GateKind::kNegExp, true, true},  // w down to -20: e^{-Gi} would overflow
       {{2, 70, 1, 16, 32}, GateKind::kLogSigmoid, true, true},
       {{1, 40, 2, 16, 16}, GateKind::kNegExp, true, true},
   };
@@ -168,20 +168,21 @@ TEST_CASE("rwkv6 CPU twins of the tensor-core variant (bf16 operands) match the 
         for (int fused = 1; fused >= 0; --fused) {
           std::vector<F> dr(d.tokens_numel(), NAN), dk(d.tokens_numel(), NAN), dv(d.tokens_numel(), NAN),
               dw(d.tokens_numel(), NAN), fdu(d.H * d.D, NAN), fdh0(d.state_numel(), NAN);
-          chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(),
-                                u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(), dw.data(),
-                                fdu.data(), fdh0.data(), Variant::tensor_core);
-          const double eb[6] = {rel_err_l2(dr, ref.dr), rel_err_l2(dk, ref.dk), rel_err_l2(dv, ref.dv),
+          chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(),
+                                k.data(), v.data(), w.data(), u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(),
+                                dv.data(), dw.data(), fdu.data(), fdh0.data(), Variant::tensor_core);
+          const double eb[6] = {rel_err_l2(dr, ref.dr), rel_err_l2(dk, ref.dk),  rel_err_l2(dv, ref.dv),
                                 rel_err_l2(dw, ref.dw), rel_err_l2(fdu, ref.du), rel_err_l2(fdh0, ref.dh0)};
           for (int i = 0; i < 6; ++i) e[2 + i] = std::max(e[2 + i], eb[i]);
         }
       };
       if (prec == 0) run(double{});
       else run(float{});
-      std::printf("rwkv6 tc twin<%s> B%lld T%lld H%lld D%lld C%lld %s: o %.2e ht %.2e dr %.2e dk %.2e dv %.2e "
-                  "dw %.2e du %.2e dh0 %.2e\n",
-                  prec == 0 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D,
-                  (long long)d.chunk, gate_name(c.gate), e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+      std::printf(
+          "rwkv6 tc twin<%s> B%lld T%lld H%lld D%lld C%lld %s: o %.2e ht %.2e dr %.2e dk %.2e dv %.2e "
+          "dw %.2e du %.2e dh0 %.2e\n",
+          prec == 0 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk,
+          gate_name(c.gate), e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
       for (double x : e) {
         CHECK(x < 1e-2);
         worst = std::max(worst, x);

@@ -110,8 +110,8 @@ void run_case(const Case& c, uint64_t seed) {
   const double eht = rel_err_l2(download(ht, d.state_numel(), lt::DType::f32), ref.ht);
   std::printf("rwkv6 cuda %s %s B%lld T%lld H%lld D%lld C%lld %s h0 %d dht %d | fwd o %.2e ht %.2e\n",
               bf ? "bf16" : "fp32", cuda_uses_tensor_cores(d, c.dtype) ? "tc  " : "simt", (long long)d.B,
-              (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk, gate_name(c.gate), c.h0, c.dht,
-              eo, eht);
+              (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk, gate_name(c.gate), c.h0, c.dht, eo,
+              eht);
   CHECK(eo < tol);
   CHECK(eht < tol);
   worst_seen[bf][0] = std::max(worst_seen[bf][0], eo);
@@ -135,13 +135,17 @@ void run_case(const Case& c, uint64_t seed) {
     cuda_backward(b, impl, h_valid, nullptr);
     LT_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(lt::total_launches() == (impl == BwdImpl::fused ? 3 : 4));
-    const double e[6] = {rel_err_l2(download(dr, ntok, c.dtype), ref.dr), rel_err_l2(download(dk, ntok, c.dtype), ref.dk),
-                         rel_err_l2(download(dv, ntok, c.dtype), ref.dv), rel_err_l2(download(dw, ntok, c.dtype), ref.dw),
+    const double e[6] = {rel_err_l2(download(dr, ntok, c.dtype), ref.dr),
+                         rel_err_l2(download(dk, ntok, c.dtype), ref.dk),
+                         rel_err_l2(download(dv, ntok, c.dtype), ref.dv),
+                         rel_err_l2(download(dw, ntok, c.dtype), ref.dw),
                          rel_err_l2(download(du, d.H * d.D, lt::DType::f32), ref.du),
                          rel_err_l2(download(dh0, d.state_numel(), lt::DType::f32), ref.dh0)};
     std::printf("    %-14s dr %.2e dk %.2e dv %.2e dw %.2e du %.2e dh0 %.2e\n",
-                variant == 0 ? "fused" : variant == 1 ? "fallback" : "fused(h kept)", e[0], e[1], e[2], e[3], e[4],
-                e[5]);
+                variant == 0   ? "fused"
+                : variant == 1 ? "fallback"
+                               : "fused(h kept)",
+                e[0], e[1], e[2], e[3], e[4], e[5]);
     for (int i = 0; i < 6; ++i) {
       CHECK(e[i] < tol);
       worst_seen[bf][2 + i] = std::max(worst_seen[bf][2 + i], e[i]);
@@ -153,15 +157,15 @@ void run_case(const Case& c, uint64_t seed) {
 
 TEST_CASE("rwkv6 CUDA fused and fallback match the f64 naive recurrence", "[rwkv6][cuda]") {
   const Case cases[] = {
-      {{2, 100, 2, 64, 64}, lt::DType::f32, GateKind::kLogSigmoid, true, true},   // partial last chunk
-      {{2, 64, 3, 64, 16}, lt::DType::f32, GateKind::kNegExp, false, false},      // exact chunks, no states
+      {{2, 100, 2, 64, 64}, lt::DType::f32, GateKind::kLogSigmoid, true, true},  // partial last chunk
+      {{2, 64, 3, 64, 16}, lt::DType::f32, GateKind::kNegExp, false, false},     // exact chunks, no states
       {{1, 130, 2, 128, 32}, lt::DType::f32, GateKind::kNegExp, false, true},
       {{1, 80, 1, 256, 16}, lt::DType::f32, GateKind::kLogSigmoid, true, true},
       {{1, 90, 1, 256, 64}, lt::DType::f32, GateKind::kNegExp, true, false},
       {{2, 100, 2, 64, 64}, lt::DType::bf16, GateKind::kLogSigmoid, true, true},
       {{1, 70, 2, 128, 64}, lt::DType::bf16, GateKind::kLogSigmoid, true, true},
       {{1, 50, 1, 256, 32}, lt::DType::bf16, GateKind::kNegExp, false, true},
-      {{1, 33, 2, 64, 16}, lt::DType::bf16, GateKind::kNegExp, true, true},        // SIMT (chunk 16)
+      {{1, 33, 2, 64, 16}, lt::DType::bf16, GateKind::kNegExp, true, true},  // SIMT (chunk 16)
       // tensor-core kernels: strong decays (most diagonal-block columns unsafe), exact chunks,
       // chunk 32 at D128, no initial state
       {{1, 90, 2, 64, 64}, lt::DType::bf16, GateKind::kStrong, true, true},

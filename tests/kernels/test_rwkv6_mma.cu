@@ -28,10 +28,10 @@ __global__ void mma_variants(const float* A, const float* B, float* out) {
   const int l = threadIdx.x;
   for (int i = l; i < 256; i += 32) {
     const int r = i / 16, c = i % 16;
-    a_s[r * kLd + c] = __float2bfloat16_rn(A[i]);    // A[m=r][k=c]
-    at_s[c * kLd + r] = __float2bfloat16_rn(A[i]);   // A^T stored: row k, col m
-    b_kn[r * kLd + c] = __float2bfloat16_rn(B[i]);   // B[k=r][n=c]
-    b_nk[c * kLd + r] = __float2bfloat16_rn(B[i]);   // B stored N x K
+    a_s[r * kLd + c] = __float2bfloat16_rn(A[i]);   // A[m=r][k=c]
+    at_s[c * kLd + r] = __float2bfloat16_rn(A[i]);  // A^T stored: row k, col m
+    b_kn[r * kLd + c] = __float2bfloat16_rn(B[i]);  // B[k=r][n=c]
+    b_nk[c * kLd + r] = __float2bfloat16_rn(B[i]);  // B stored N x K
   }
   __syncwarp();
   const int g = l >> 2, t = l & 3;

@@ -27,8 +27,8 @@ inline double gradcheck(Tensor& x, const Tensor& analytic, const std::function<d
   if (x.dtype() != DType::f64 || !x.device().is_cpu() || !x.is_contiguous())
     throw std::invalid_argument("gradcheck: x must be a contiguous f64 CPU tensor");
   if (analytic.shape() != x.shape())
-    throw std::invalid_argument("gradcheck: analytic gradient shape " + shape_str(analytic.shape()) +
-                                " != x shape " + shape_str(x.shape()));
+    throw std::invalid_argument("gradcheck: analytic gradient shape " + shape_str(analytic.shape()) + " != x shape " +
+                                shape_str(x.shape()));
   const std::vector<double> ana = analytic.to_vector();
   double* p = x.data<double>();
   const int64_t n = x.numel();

@@ -41,10 +41,9 @@ struct Case {
   bool simt = false;  // fused path: the fp32 CUDA-core variant of the scan kernels
   std::string name() const {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s", (long long)dims.B,
-                  (long long)dims.T, (long long)dims.H, dims.D, dims.C, dtype_name(dtype),
-                  h0 ? " h0" : "", dht ? " dht" : "", gate.use_lower_bound ? " lb" : "",
-                  simt ? " simt" : "");
+    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s", (long long)dims.B, (long long)dims.T,
+                  (long long)dims.H, dims.D, dims.C, dtype_name(dtype), h0 ? " h0" : "", dht ? " dht" : "",
+                  gate.use_lower_bound ? " lb" : "", simt ? " simt" : "");
     return buf;
   }
 };
@@ -107,18 +106,30 @@ inline Result run_naive(const Case& c, const Data& x) {
   const Dims& d = c.dims;
   NaiveInputs<double> in;
   in.dims = d;
-  in.q = x.q.data(); in.k = x.k.data(); in.v = x.v.data(); in.f = x.f.data(); in.b = x.b.data();
-  in.A_log = x.A_log.data(); in.dt_bias = x.dt_bias.data();
+  in.q = x.q.data();
+  in.k = x.k.data();
+  in.v = x.v.data();
+  in.f = x.f.data();
+  in.b = x.b.data();
+  in.A_log = x.A_log.data();
+  in.dt_bias = x.dt_bias.data();
   in.h0 = c.h0 ? x.h0.data() : nullptr;
   in.gate = c.gate;
   Result r;
   const size_t n = x.q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
-  r.o.resize(n); r.ht.resize(ns);
+  r.o.resize(n);
+  r.ht.resize(ns);
   naive_forward<double>(in, r.o.data(), r.ht.data());
-  r.dq.resize(n); r.dk.resize(n); r.dv.resize(n); r.df.resize(n); r.db.resize(x.b.size());
-  r.dA_log.resize(d.H); r.ddt_bias.resize(static_cast<size_t>(d.H * d.D)); r.dh0.resize(ns);
-  NaiveGrads<double> g{r.dq.data(), r.dk.data(), r.dv.data(), r.df.data(), r.db.data(),
-                       r.dA_log.data(), r.ddt_bias.data(), r.dh0.data()};
+  r.dq.resize(n);
+  r.dk.resize(n);
+  r.dv.resize(n);
+  r.df.resize(n);
+  r.db.resize(x.b.size());
+  r.dA_log.resize(d.H);
+  r.ddt_bias.resize(static_cast<size_t>(d.H * d.D));
+  r.dh0.resize(ns);
+  NaiveGrads<double> g{r.dq.data(), r.dk.data(),     r.dv.data(),       r.df.data(),
+                       r.db.data(), r.dA_log.data(), r.ddt_bias.data(), r.dh0.data()};
   naive_backward<double>(in, x.dO.data(), c.dht ? x.dht.data() : nullptr, g);
   return r;
 }
@@ -131,12 +142,18 @@ inline Result run_naive(const Case& c, const Data& x) {
 inline Result run_naive_f32(const Case& c, const Data& x) {
   const Dims& d = c.dims;
   auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  std::vector<float> q = f(x.q), k = f(x.k), v = f(x.v), ff = f(x.f), b = f(x.b), A = f(x.A_log),
-                     dt = f(x.dt_bias), h0 = f(x.h0), dO = f(x.dO), dht = f(x.dht);
+  std::vector<float> q = f(x.q), k = f(x.k), v = f(x.v), ff = f(x.f), b = f(x.b), A = f(x.A_log), dt = f(x.dt_bias),
+                     h0 = f(x.h0), dO = f(x.dO), dht = f(x.dht);
   NaiveInputs<float> in;
   in.dims = d;
-  in.q = q.data(); in.k = k.data(); in.v = v.data(); in.f = ff.data(); in.b = b.data();
-  in.A_log = A.data(); in.dt_bias = dt.data(); in.h0 = c.h0 ? h0.data() : nullptr;
+  in.q = q.data();
+  in.k = k.data();
+  in.v = v.data();
+  in.f = ff.data();
+  in.b = b.data();
+  in.A_log = A.data();
+  in.dt_bias = dt.data();
+  in.h0 = c.h0 ? h0.data() : nullptr;
   in.gate = c.gate;
   const size_t n = q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
   std::vector<float> o(n), ht(ns), dq(n), dk(n), dv(n), df(n), db(b.size()), dA(A.size()), ddt(dt.size()), dh0(ns);
@@ -155,8 +172,13 @@ struct Typed {
   std::vector<float> f32;
   std::vector<bfloat16> b16;
   Typed(DType d, const std::vector<double>& x) : dt(d) {
-    if (d == DType::bf16) { b16.resize(x.size()); for (size_t i = 0; i < x.size(); ++i) b16[i] = bfloat16(static_cast<float>(x[i])); }
-    else { f32.resize(x.size()); for (size_t i = 0; i < x.size(); ++i) f32[i] = static_cast<float>(x[i]); }
+    if (d == DType::bf16) {
+      b16.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) b16[i] = bfloat16(static_cast<float>(x[i]));
+    } else {
+      f32.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) f32[i] = static_cast<float>(x[i]);
+    }
   }
   Typed(DType d, size_t n) : dt(d) {  // poisoned with NaN
     if (d == DType::bf16) b16.assign(n, bfloat16::from_bits(0xFFFF));
@@ -184,13 +206,19 @@ struct ErrReport {
   std::vector<std::pair<std::string, double>> items;
   double worst() const {
     double w = 0;
-    for (auto& [n, e] : items) { if (std::isnan(e)) return NAN; w = std::max(w, e); }
+    for (auto& [n, e] : items) {
+      if (std::isnan(e)) return NAN;
+      w = std::max(w, e);
+    }
     return w;
   }
   std::string str() const {
     std::string s;
     char buf[64];
-    for (auto& [n, e] : items) { std::snprintf(buf, sizeof(buf), " %s %.2e", n.c_str(), e); s += buf; }
+    for (auto& [n, e] : items) {
+      std::snprintf(buf, sizeof(buf), " %s %.2e", n.c_str(), e);
+      s += buf;
+    }
     return s;
   }
 };
@@ -250,9 +278,12 @@ inline TensorCase to_tensors(const Case& c, const Data& x, DType dt, Device dev 
   const Shape s4{d.B, d.T, d.H, d.D}, s3{d.B, d.T, d.H}, ss{d.B, d.H, d.D, d.D};
   const DType pdt = dt == DType::f64 ? DType::f64 : DType::f32;
   TensorCase t;
-  t.q = Tensor::from_vector(x.q, s4, dt, dev); t.k = Tensor::from_vector(x.k, s4, dt, dev);
-  t.v = Tensor::from_vector(x.v, s4, dt, dev); t.f = Tensor::from_vector(x.f, s4, dt, dev);
-  t.b = Tensor::from_vector(x.b, s3, dt, dev); t.dO = Tensor::from_vector(x.dO, s4, dt, dev);
+  t.q = Tensor::from_vector(x.q, s4, dt, dev);
+  t.k = Tensor::from_vector(x.k, s4, dt, dev);
+  t.v = Tensor::from_vector(x.v, s4, dt, dev);
+  t.f = Tensor::from_vector(x.f, s4, dt, dev);
+  t.b = Tensor::from_vector(x.b, s3, dt, dev);
+  t.dO = Tensor::from_vector(x.dO, s4, dt, dev);
   t.A_log = Tensor::from_vector(x.A_log, {d.H}, pdt, dev);
   t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, pdt, dev);
   if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, pdt, dev);
@@ -269,9 +300,15 @@ inline Result run_mixer(const Case& c, const TensorCase& t, mixers::KdaPath path
   auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
   auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
   Result r;
-  r.o = out.o.to_vector(); r.ht = out.ht.to_vector();
-  r.dq = g.dq.to_vector(); r.dk = g.dk.to_vector(); r.dv = g.dv.to_vector(); r.df = g.df.to_vector();
-  r.db = g.db.to_vector(); r.dA_log = g.dA_log.to_vector(); r.ddt_bias = g.ddt_bias.to_vector();
+  r.o = out.o.to_vector();
+  r.ht = out.ht.to_vector();
+  r.dq = g.dq.to_vector();
+  r.dk = g.dk.to_vector();
+  r.dv = g.dv.to_vector();
+  r.df = g.df.to_vector();
+  r.db = g.db.to_vector();
+  r.dA_log = g.dA_log.to_vector();
+  r.ddt_bias = g.ddt_bias.to_vector();
   if (g.dh0.defined()) r.dh0 = g.dh0.to_vector();
   return r;
 }

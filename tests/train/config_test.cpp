@@ -14,18 +14,14 @@ namespace {
 std::string resolve_error(const ojson& j) {
   try {
     lt::train::config_resolve(j);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
+  } catch (const ConfigError& e) { return e.what(); }
   return "";
 }
 std::string override_error(const std::string& assignment) {
   ojson j = ojson::object();
   try {
     lt::train::config_apply_override(j, assignment);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
+  } catch (const ConfigError& e) { return e.what(); }
   return "";
 }
 }  // namespace
@@ -45,7 +41,8 @@ TEST_CASE("config: defaults fill every schema key in schema order", "[trainer][c
 }
 
 TEST_CASE("config: values and overrides land in the typed structs", "[trainer][config]") {
-  ojson j = ojson::parse(R"({"model": {"arch": "rwkv6", "hidden_size": 96}, "train": {"lr": 0.002, "lr_decay": "linear"}})");
+  ojson j =
+      ojson::parse(R"({"model": {"arch": "rwkv6", "hidden_size": 96}, "train": {"lr": 0.002, "lr_decay": "linear"}})");
   lt::train::config_apply_override(j, "train.batch_size=3");
   lt::train::config_apply_override(j, "model.tie_embeddings=true");
   lt::train::config_apply_override(j, "model.precision=bf16");
@@ -107,9 +104,7 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
     std::string e;
     try {
       lt::train::config_load_file(tmp / "huge.json");
-    } catch (const ConfigError& x) {
-      e = x.what();
-    }
+    } catch (const ConfigError& x) { e = x.what(); }
     CHECK_THAT(e, Catch::Contains("huge.json") && Catch::Contains("1e999"));
   }
   SECTION("overrides are typed by the schema") {
@@ -123,17 +118,13 @@ TEST_CASE("config: each kind of bad input names the key and the expected form", 
     std::string e;
     try {
       lt::train::config_load_file(tmp / "absent.json");
-    } catch (const ConfigError& x) {
-      e = x.what();
-    }
+    } catch (const ConfigError& x) { e = x.what(); }
     CHECK_THAT(e, Catch::Contains("absent.json"));
     lt::traintest::write_text(tmp / "bad.json", "{\"train\": {");
     e.clear();
     try {
       lt::train::config_load_file(tmp / "bad.json");
-    } catch (const ConfigError& x) {
-      e = x.what();
-    }
+    } catch (const ConfigError& x) { e = x.what(); }
     CHECK_THAT(e, Catch::Contains("bad.json") && Catch::Contains("not valid JSON"));
     e = resolve_error(ojson{{"data", {{"source", "text"}, {"path", tmp / "no-such.txt"}}}});
     CHECK_THAT(e, Catch::Contains("'data.path'") && Catch::Contains("no-such.txt"));

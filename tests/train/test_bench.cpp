@@ -48,9 +48,10 @@ TEST_CASE("BenchRecorder: the summary has the spreads, tokens/s and per-stage me
 }
 
 TEST_CASE("card_warnings: other processes, a busy or hot card, a low clock", "[bench]") {
-  const nlohmann::json quiet = {{"available", true}, {"processes", nlohmann::json::array({{{"pid", 7}, {"name", "me"}}})},
-                                {"temperature_c", 40.0}, {"utilization_pct", 0.0}, {"sm_clock_mhz", 1980.0},
-                                {"sm_clock_max_mhz", 1980.0}};
+  const nlohmann::json quiet = {
+      {"available", true},      {"processes", nlohmann::json::array({{{"pid", 7}, {"name", "me"}}})},
+      {"temperature_c", 40.0},  {"utilization_pct", 0.0},
+      {"sm_clock_mhz", 1980.0}, {"sm_clock_max_mhz", 1980.0}};
   CHECK(card_warnings(quiet, quiet, 7).empty());
   nlohmann::json busy = quiet;
   busy["processes"].push_back({{"pid", 99}, {"name", "python3"}});

@@ -18,8 +18,7 @@ using train::TimerSpec;
 namespace {
 void busy_ms(double ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  while (std::chrono::steady_clock::now() < until) {}
 }
 const train::StageTime* find(const train::StepTiming& t, const std::string& stage) {
   for (const auto& s : t.stages)
@@ -54,8 +53,8 @@ TEST_CASE("--timers grammar: good specs and the steps they time", "[timers]") {
 }
 
 TEST_CASE("--timers grammar: a bad spec is an error that shows the grammar", "[timers]") {
-  for (const char* bad : {"step%0", "step%", "step%x", "step=", "step=5..3", "steps%5", "every", "step=1..",
-                          "step%-2", "step=a..b"}) {
+  for (const char* bad :
+       {"step%0", "step%", "step%x", "step=", "step=5..3", "steps%5", "every", "step=1..", "step%-2", "step=a..b"}) {
     INFO(bad);
     try {
       TimerSpec::parse(bad);

@@ -8,8 +8,8 @@
 #include "tests/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
-using lt::traintest::TempDir;
 using lt::traintest::run_trainer;
+using lt::traintest::TempDir;
 using lt::traintest::write_text;
 
 namespace {
@@ -24,9 +24,15 @@ TEST_CASE("trainer cuda: a short night.json run trains, checkpoints and resumes"
   TempDir tmp;
   const std::string night = (lt::traintest::source_dir() / "configs" / "night.json").string();
   const std::string out = tmp / "night";
-  std::vector<std::string> common = {"--config", night, "--device", "cuda:0", "--out", out, "--set", "train.log_every=1",
-                                     "--set", "train.eval_every=10", "--set", "train.eval_batches=2", "--set",
-                                     "train.checkpoint_every=10", "--set", "train.warmup_steps=5", "--set", "train.lr=3e-3"};
+  std::vector<std::string> common = {"--config", night,
+                                     "--device", "cuda:0",
+                                     "--out",    out,
+                                     "--set",    "train.log_every=1",
+                                     "--set",    "train.eval_every=10",
+                                     "--set",    "train.eval_batches=2",
+                                     "--set",    "train.checkpoint_every=10",
+                                     "--set",    "train.warmup_steps=5",
+                                     "--set",    "train.lr=3e-3"};
   auto args = common;
   args.insert(args.end(), {"--steps", "20"});
   auto r = run_trainer(args, tmp.path.string(), "night");

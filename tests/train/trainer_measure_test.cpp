@@ -56,8 +56,8 @@ TEST_CASE("trainer --timers step%2: timer lines at steps 0, 2, 4 with the model'
   CHECK(t[2]["step"] == 4);
   std::vector<std::string> stages;
   for (const auto& s : t[1]["stages"]) stages.push_back(s["stage"]);
-  for (const char* want : {"data", "zero_grad", "fwd", "fwd/L0/attn/kda", "loss", "bwd", "bwd/L1/mlp", "optim/clip",
-                           "optim/adamw"}) {
+  for (const char* want :
+       {"data", "zero_grad", "fwd", "fwd/L0/attn/kda", "loss", "bwd", "bwd/L1/mlp", "optim/clip", "optim/adamw"}) {
     INFO(want);
     CHECK(std::find(stages.begin(), stages.end(), want) != stages.end());
   }
@@ -78,8 +78,9 @@ TEST_CASE("trainer --bench: warm-up excluded, the result JSON, bench-compare of 
   write_text(cfg, tiny(out, 100));
   const std::string a = tmp / "a.json", b = tmp / "b.json";
   for (const auto& path : {a, b}) {
-    auto r = run_trainer({"--config", cfg, "--bench", "4", "--bench-warmup", "2", "--timers", "step%2", "--bench-out", path},
-                         tmp.path.string());
+    auto r =
+        run_trainer({"--config", cfg, "--bench", "4", "--bench-warmup", "2", "--timers", "step%2", "--bench-out", path},
+                    tmp.path.string());
     INFO(r.err);
     REQUIRE(r.rc == 0);
   }

@@ -13,25 +13,28 @@
 #include "tests/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
-using lt::traintest::TempDir;
 using lt::traintest::read_text;
 using lt::traintest::run_trainer;
+using lt::traintest::TempDir;
 using lt::traintest::write_text;
 
 namespace {
 
 // A tiny KDA model on synthetic MQAR: seconds on one core.
-std::string tiny_config(const std::string& out, int64_t steps, int64_t checkpoint_every = 0, const std::string& extra_train = "") {
+std::string tiny_config(const std::string& out, int64_t steps, int64_t checkpoint_every = 0,
+                        const std::string& extra_train = "") {
   return R"({
   "description": "test: tiny KDA on MQAR",
-  "out": ")" + out + R"(",
+  "out": ")" +
+         out + R"(",
   "device": "cpu",
   "model": {"arch": "kda", "vocab_size": 32, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "head_dim": 16, "chunk": 16},
   "data": {"source": "synthetic", "task": "mqar", "mqar_pairs": 4, "prefetch": 1},
-  "train": {"batch_size": 8, "seq_len": 32, "steps": )" + std::to_string(steps) +
+  "train": {"batch_size": 8, "seq_len": 32, "steps": )" +
+         std::to_string(steps) +
          R"(, "lr": 3e-3, "warmup_steps": 5, "weight_decay": 0.01, "seed": 7, "eval_every": 0, "eval_batches": 2,
-            "checkpoint_every": )" + std::to_string(checkpoint_every) + R"(, "keep_checkpoints": 3, "log_every": 1)" +
-         extra_train + R"(}
+            "checkpoint_every": )" +
+         std::to_string(checkpoint_every) + R"(, "keep_checkpoints": 3, "log_every": 1)" + extra_train + R"(}
 })";
 }
 
@@ -104,13 +107,17 @@ TEST_CASE("trainer: every kind of bad input exits 2, names the problem and write
     std::vector<uint16_t> toks(4096);
     for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint16_t>(i % 31);
     write_shard(tmp / "magic.bin", toks, 12345);
-    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "magic.bin"}, "magic.bin", out);
+    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "magic.bin"}, "magic.bin",
+               out);
     write_shard(tmp / "size.bin", toks, 20240520, 5000);
-    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "size.bin"}, "size.bin", out);
+    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "size.bin"}, "size.bin",
+               out);
     toks[100] = 40;  // >= vocab 32
     write_shard(tmp / "token.bin", toks);
-    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "token.bin"}, "token.bin", out);
-    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "none-*.bin"}, "none-*.bin", out);
+    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "token.bin"}, "token.bin",
+               out);
+    expect_bad({"--config", cfg, "--set", "data.source=tokens", "--set", "data.path=" + tmp / "none-*.bin"},
+               "none-*.bin", out);
   }
   SECTION("an output folder that cannot be written") {
     if (::geteuid() != 0) {
@@ -129,8 +136,9 @@ TEST_CASE("trainer: every kind of bad input exits 2, names the problem and write
     auto r = run_trainer({"--config", cfg, "--steps", "2"}, tmp.path.string(), "fit");
     REQUIRE(r.rc == 0);
     auto before = fs::last_write_time(out + "/metrics.jsonl");
-    auto r2 = run_trainer({"--config", cfg, "--steps", "4", "--set", "model.hidden_size=64", "--set", "model.num_heads=4"},
-                          tmp.path.string(), "fit2");
+    auto r2 =
+        run_trainer({"--config", cfg, "--steps", "4", "--set", "model.hidden_size=64", "--set", "model.num_heads=4"},
+                    tmp.path.string(), "fit2");
     INFO(r2.err);
     CHECK(r2.rc == 2);
     CHECK_THAT(r2.err, Catch::Contains("model.hidden_size") && Catch::Contains("model.num_heads"));
@@ -153,15 +161,17 @@ TEST_CASE("trainer: --print-config prints the effective config and writes nothin
   CHECK_FALSE(fs::exists(out));
   auto h = run_trainer({"--help"}, tmp.path.string(), "help");
   CHECK(h.rc == 0);
-  CHECK_THAT(h.out, Catch::Contains("--resume") && Catch::Contains("Examples") && Catch::Contains("train.max_grad_norm"));
+  CHECK_THAT(h.out,
+             Catch::Contains("--resume") && Catch::Contains("Examples") && Catch::Contains("train.max_grad_norm"));
 }
 
-TEST_CASE("trainer: configs/quick.json trains: the loss falls from ~ln 32 to below 3.0 in 30 steps", "[trainer][train]") {
+TEST_CASE("trainer: configs/quick.json trains: the loss falls from ~ln 32 to below 3.0 in 30 steps",
+          "[trainer][train]") {
   TempDir tmp;
   const std::string quick = (lt::traintest::source_dir() / "configs" / "quick.json").string();
   const std::string out = tmp / "quick";
-  auto r = run_trainer({"--config", quick, "--device", "cpu", "--out", out, "--steps", "30", "--set", "train.log_every=1",
-                        "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0"},
+  auto r = run_trainer({"--config", quick, "--device", "cpu", "--out", out, "--steps", "30", "--set",
+                        "train.log_every=1", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0"},
                        tmp.path.string(), "quick");
   INFO(r.err);
   REQUIRE(r.rc == 0);
@@ -173,7 +183,10 @@ TEST_CASE("trainer: configs/quick.json trains: the loss falls from ~ln 32 to bel
   CHECK_THAT(r.err, Catch::Contains("MQAR accuracy"));
 }
 
-TEST_CASE("trainer: a tiny MQAR run learns; kill -9 + --resume auto is bit-exact; truncated newest skipped; export round-trips", "[trainer][train]") {
+TEST_CASE(
+    "trainer: a tiny MQAR run learns; kill -9 + --resume auto is bit-exact; truncated newest skipped; export "
+    "round-trips",
+    "[trainer][train]") {
   TempDir tmp;
   // Reference: 40 uninterrupted steps.
   const std::string ref = tmp / "ref";
@@ -239,9 +252,9 @@ TEST_CASE("trainer: a tiny MQAR run learns; kill -9 + --resume auto is bit-exact
     CHECK(a.loss == b.loss);
     CHECK(a.accuracy == b.accuracy);
     // Sampling a token-id model without a tokenizer: ids in, ids out, all in the vocabulary.
-    auto ids = run_trainer({"sample", "--checkpoint", ref + "/step-00000040", "--prompt", "3 20 5", "--tokens", "4",
-                            "--device", "cpu"},
-                           tmp.path.string(), "ids");
+    auto ids = run_trainer(
+        {"sample", "--checkpoint", ref + "/step-00000040", "--prompt", "3 20 5", "--tokens", "4", "--device", "cpu"},
+        tmp.path.string(), "ids");
     INFO(ids.err);
     REQUIRE(ids.rc == 0);
     std::istringstream is(ids.out);
@@ -331,7 +344,8 @@ TEST_CASE("trainer: sample is deterministic and decodes bytes", "[trainer][cli]"
   CHECK_THAT(e.err, Catch::Contains("data.path") && Catch::Contains("t.txt"));
 }
 
-TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at the last good checkpoint", "[trainer][train]") {
+TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at the last good checkpoint",
+          "[trainer][train]") {
   TempDir tmp;
   const std::string out = tmp / "out";
   // lr 10 without clipping blows the loss up within a few steps; each blown-up loss is a
@@ -339,8 +353,8 @@ TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at 
   // so the spikes repeat until max_consecutive_skips stops the run.
   write_text(tmp / "c.json", tiny_config(out, 20, 1));
   auto r = run_trainer({"--config", tmp / "c.json", "--set", "train.lr=10", "--set", "train.max_grad_norm=0", "--set",
-                        "train.warmup_steps=0", "--set", "train.weight_decay=0", "--set", "train.spike_zscore=4", "--set",
-                        "train.spike_window=2", "--set", "train.max_consecutive_skips=3"},
+                        "train.warmup_steps=0", "--set", "train.weight_decay=0", "--set", "train.spike_zscore=4",
+                        "--set", "train.spike_window=2", "--set", "train.max_consecutive_skips=3"},
                        tmp.path.string(), "spike");
   INFO(r.err);
   CHECK(r.rc == 3);

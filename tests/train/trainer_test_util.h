@@ -28,7 +28,9 @@ inline std::string trainer_binary() {
   if (const char* env = std::getenv("LINTRAIN_TRAINER")) return env;
   auto self = std::filesystem::read_symlink("/proc/self/exe");
   auto p = self.parent_path().parent_path() / "apps" / "trainer";
-  if (!std::filesystem::exists(p)) throw std::runtime_error("trainer binary not found at " + p.string() + " (build the `trainer` target or set LINTRAIN_TRAINER)");
+  if (!std::filesystem::exists(p))
+    throw std::runtime_error("trainer binary not found at " + p.string() +
+                             " (build the `trainer` target or set LINTRAIN_TRAINER)");
   return p.string();
 }
 
@@ -36,7 +38,8 @@ inline std::string trainer_binary() {
 // test binary that holds configs/quick.json.
 inline std::filesystem::path source_dir() {
   if (const char* root = std::getenv("LINTRAIN_TEST_DATA")) return std::filesystem::path(root).parent_path();
-  for (auto p = std::filesystem::read_symlink("/proc/self/exe").parent_path(); p.has_relative_path(); p = p.parent_path())
+  for (auto p = std::filesystem::read_symlink("/proc/self/exe").parent_path(); p.has_relative_path();
+       p = p.parent_path())
     if (std::filesystem::exists(p / "configs" / "quick.json")) return p;
   throw std::runtime_error("source tree not found: set LINTRAIN_TEST_DATA to <source>/tests");
 }
@@ -46,7 +49,8 @@ struct TempDir {
   std::filesystem::path path;
   TempDir() {
     std::random_device rd;
-    path = std::filesystem::temp_directory_path() / ("lintrain-trainer-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    path = std::filesystem::temp_directory_path() /
+           ("lintrain-trainer-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
     std::filesystem::create_directories(path);
   }
   ~TempDir() {
@@ -107,7 +111,8 @@ struct RunOutput {
   int rc = -1;
   std::string out, err;
 };
-inline RunOutput run_trainer(const std::vector<std::string>& args, const std::string& log_dir, const std::string& tag = "run") {
+inline RunOutput run_trainer(const std::vector<std::string>& args, const std::string& log_dir,
+                             const std::string& tag = "run") {
   Process p = spawn_trainer(args, log_dir, tag);
   RunOutput r;
   r.rc = p.wait();

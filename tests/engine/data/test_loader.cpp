@@ -13,11 +13,11 @@
 #include "tests/engine/io/temp_dir.h"
 
 using namespace lt;
+using Catch::Matchers::Contains;
 using data::Batch;
 using data::DataConfig;
 using data::Loader;
 using data::Split;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -27,8 +27,8 @@ constexpr int32_t kShardMagic = 20240520;
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = kShardMagic,
                  int32_t version = 1, int64_t header_count = -1) {
   std::vector<uint8_t> bytes(1024 + 2 * tokens.size(), 0);
-  const int32_t header[3] = {magic, version,
-                             static_cast<int32_t>(header_count >= 0 ? header_count : static_cast<int64_t>(tokens.size()))};
+  const int32_t header[3] = {
+      magic, version, static_cast<int32_t>(header_count >= 0 ? header_count : static_cast<int64_t>(tokens.size()))};
   std::memcpy(bytes.data(), header, sizeof header);
   if (!tokens.empty()) std::memcpy(bytes.data() + 1024, tokens.data(), 2 * tokens.size());
   test::write_bytes(path, bytes);
@@ -54,7 +54,8 @@ std::vector<Batch> draw(Loader& l, int n) {
 }
 
 bool same(const Batch& a, const Batch& b) {
-  return a.B == b.B && a.T == b.T && a.tokens == b.tokens && a.targets == b.targets && a.valid_targets == b.valid_targets;
+  return a.B == b.B && a.T == b.T && a.tokens == b.tokens && a.targets == b.targets &&
+         a.valid_targets == b.valid_targets;
 }
 bool same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   if (a.size() != b.size()) return false;
@@ -69,7 +70,8 @@ int64_t find_window(const Batch& b, int64_t row, const std::vector<int64_t>& hay
   std::vector<int64_t> w(static_cast<size_t>(b.T + 1));
   for (int64_t t = 0; t < b.T; ++t) {
     w[static_cast<size_t>(t)] = b.tokens[static_cast<size_t>(row * b.T + t)];
-    if (t + 1 < b.T && b.targets[static_cast<size_t>(row * b.T + t)] != b.tokens[static_cast<size_t>(row * b.T + t + 1)])
+    if (t + 1 < b.T &&
+        b.targets[static_cast<size_t>(row * b.T + t)] != b.tokens[static_cast<size_t>(row * b.T + t + 1)])
       return -1;
   }
   w[static_cast<size_t>(b.T)] = b.targets[static_cast<size_t>(row * b.T + b.T - 1)];
@@ -79,7 +81,8 @@ int64_t find_window(const Batch& b, int64_t row, const std::vector<int64_t>& hay
 
 template <class V>
 std::vector<int64_t> widen(const V& v, size_t begin, size_t end) {
-  return std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end));
+  return std::vector<int64_t>(v.begin() + static_cast<std::ptrdiff_t>(begin),
+                              v.begin() + static_cast<std::ptrdiff_t>(end));
 }
 
 DataConfig synthetic(const std::string& task, int64_t vocab, int prefetch = 0) {
@@ -365,7 +368,8 @@ TEST_CASE("data: each bad input gets an error naming the file or key", "[data]")
     good[97] = 4000;
     write_shard(tok.path, good);
     tok.val_fraction = 0.05;
-    CHECK_THAT(loader_error(tok, Split::val, 2), Contains(tok.path) && Contains("token 4000 at index 97 is >= vocab_size 1000"));
+    CHECK_THAT(loader_error(tok, Split::val, 2),
+               Contains(tok.path) && Contains("token 4000 at index 97 is >= vocab_size 1000"));
     CHECK(loader_error(tok, Split::train, 2) == "(no exception)");
   }
   SECTION("unknown source and bad settings") {

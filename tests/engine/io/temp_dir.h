@@ -52,9 +52,7 @@ template <class F>
 std::string error_message(F&& f) {
   try {
     f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
+  } catch (const std::exception& e) { return e.what(); }
   return "(no exception)";
 }
 

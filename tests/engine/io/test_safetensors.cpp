@@ -53,8 +53,8 @@ TEST_CASE("safetensors: every dtype round-trips bit-exactly, views included", "[
     const Tensor base = test::random_tensor({5, 6}, seed++, dt);  // [5, 6]
     const std::string n = dtype_name(dt);
     tensors.push_back({n + ".contiguous", base});
-    tensors.push_back({n + ".transposed", base.transpose(0, 1)});          // [6, 5], strides [1, 6]
-    tensors.push_back({n + ".strided", base.slice(1, 1, 6, 2).narrow(0, 1, 3)});  // [3, 3]
+    tensors.push_back({n + ".transposed", base.transpose(0, 1)});                          // [6, 5], strides [1, 6]
+    tensors.push_back({n + ".strided", base.slice(1, 1, 6, 2).narrow(0, 1, 3)});           // [3, 3]
     tensors.push_back({n + ".broadcast", base.select(0, 2).unsqueeze(0).expand({4, 6})});  // stride 0
   }
   tensors.push_back({"i64", int_tensor({3, 4}, DType::i64, -(int64_t{1} << 40), (int64_t{1} << 35) + 7)});
@@ -119,7 +119,9 @@ TEST_CASE("safetensors: metadata, file order and atomic replacement", "[io][safe
   // Writer argument errors name the file and the tensor.
   const std::string dup = test::error_message([&] { io::write_safetensors(path, {{"x", z}, {"x", a}}); });
   CHECK_THAT(dup, Contains(path) && Contains("'x'") && Contains("twice"));
-  CHECK_THAT(test::error_message([&] { io::write_safetensors(path, {{"u", Tensor()}}); }),
+  CHECK_THAT(test::error_message([&] {
+               io::write_safetensors(path, {{"u", Tensor()}});
+             }),
              Contains("'u'") && Contains("undefined"));
   const std::string nodir = dir.file("no/such/dir/w.safetensors");
   CHECK_THAT(test::error_message([&] { io::write_safetensors(nodir, {{"x", z}}); }), Contains(nodir));
@@ -138,7 +140,7 @@ TEST_CASE("safetensors: byte layout matches the format", "[io][safetensors]") {
   REQUIRE(bytes.size() >= 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];  // little-endian
-  CHECK((8 + n) % 8 == 0);  // data starts 8-byte aligned
+  CHECK((8 + n) % 8 == 0);                                                    // data starts 8-byte aligned
   REQUIRE(8 + n <= bytes.size());
   const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   CHECK(header.front() == '{');
@@ -200,7 +202,8 @@ TEST_CASE("safetensors: each damaged file gets its own error naming the file", "
     const uint64_t past = bytes.size();  // plausible but longer than what follows
     std::memcpy(b.data(), &past, 8);
     test::write_bytes(p, b);
-    CHECK_THAT(read_error(p), Contains(p) && Contains("corrupt header length " + std::to_string(past) + " or truncated"));
+    CHECK_THAT(read_error(p),
+               Contains(p) && Contains("corrupt header length " + std::to_string(past) + " or truncated"));
   }
   SECTION("header that is not JSON") {
     const std::string p = dir.file("notjson.safetensors");
@@ -213,7 +216,8 @@ TEST_CASE("safetensors: each damaged file gets its own error naming the file", "
                           R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
                           R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}})",
                           std::vector<uint8_t>(16, 7));
-    CHECK_THAT(read_error(p), Contains(p) && Contains("tensor 'b': data_offsets [16, 24] point past the end of the data (16 bytes)"));
+    CHECK_THAT(read_error(p),
+               Contains(p) && Contains("tensor 'b': data_offsets [16, 24] point past the end of the data (16 bytes)"));
   }
   SECTION("unknown dtype") {
     const std::string p = dir.file("dtype.safetensors");
@@ -225,7 +229,8 @@ TEST_CASE("safetensors: each damaged file gets its own error naming the file", "
     const std::string p = dir.file("span.safetensors");
     write_raw_safetensors(p, R"({"q": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 4]}})",
                           std::vector<uint8_t>(4, 1));
-    CHECK_THAT(read_error(p), Contains(p) && Contains("tensor 'q': data_offsets span 4 bytes but shape [3] of BF16 needs 6"));
+    CHECK_THAT(read_error(p),
+               Contains(p) && Contains("tensor 'q': data_offsets span 4 bytes but shape [3] of BF16 needs 6"));
   }
   SECTION("overlapping tensors") {
     const std::string p = dir.file("overlap.safetensors");

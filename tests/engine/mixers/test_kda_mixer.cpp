@@ -19,7 +19,12 @@ using namespace lt::kda::testing;
 
 TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
   const uint64_t seed = test_seed() + 3;
-  struct Row { Dims d; bool h0, dht, lb; DType dt; double tol; };
+  struct Row {
+    Dims d;
+    bool h0, dht, lb;
+    DType dt;
+    double tol;
+  };
   const std::vector<Row> rows = {
       {{2, 37, 2, 16, 16}, true, true, false, DType::f64, 1e-10},  // f64: the chunk algorithm itself
       {{1, 45, 2, 8, 8}, false, true, true, DType::f64, 1e-10},    // lower-bound gate, C = 8
@@ -28,7 +33,10 @@ TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
   };
   for (size_t i = 0; i < rows.size(); ++i) {
     Case c;
-    c.dims = rows[i].d; c.h0 = rows[i].h0; c.dht = rows[i].dht; c.dtype = rows[i].dt;
+    c.dims = rows[i].d;
+    c.h0 = rows[i].h0;
+    c.dht = rows[i].dht;
+    c.dtype = rows[i].dt;
     c.gate.use_lower_bound = rows[i].lb;
     const Data x = make_data(c, seed + i);
     const Result ref = run_naive(c, x);
@@ -37,7 +45,8 @@ TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
     // f32 rows: the adaptive gate (kda_testing.h) against what naive f32 itself costs
     const ErrReport e32 = c.dtype == DType::f64 ? ErrReport{} : compare(run_naive_f32(c, x), ref, false, true, c.h0);
     const Gated gt = gate_errors(e, e32, rows[i].tol);
-    std::printf("[kda] ops (CPU) vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
+    std::printf("[kda] ops (CPU) vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
+                gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
@@ -58,8 +67,10 @@ TEST_CASE("KDA Tensor API: fused (CPU twins) and naive paths agree with ops", "[
   const ErrReport en = compare(naive_r, ops_r, false, true, true);
   const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, true);  // fp32's own cost
   const Gated gf = gate_errors(ef, e32, 1e-5), gn = gate_errors(en, e32, 1e-5);
-  std::printf("[kda] tensor API fused(twin) vs ops %s worst %.2e:%s%s\n", c.name().c_str(), ef.worst(), ef.str().c_str(), gf.adapted.c_str());
-  std::printf("[kda] tensor API naive vs ops %s worst %.2e:%s%s\n", c.name().c_str(), en.worst(), en.str().c_str(), gn.adapted.c_str());
+  std::printf("[kda] tensor API fused(twin) vs ops %s worst %.2e:%s%s\n", c.name().c_str(), ef.worst(),
+              ef.str().c_str(), gf.adapted.c_str());
+  std::printf("[kda] tensor API naive vs ops %s worst %.2e:%s%s\n", c.name().c_str(), en.worst(), en.str().c_str(),
+              gn.adapted.c_str());
   INFO("seed " << seed << replay_hint());
   CHECK(gf.pass);
   CHECK(gn.pass);

@@ -24,7 +24,10 @@ TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]")
   std::vector<Case> cases;
   auto add = [&](Dims d, bool h0, bool dht, DType dt) {
     Case c;
-    c.dims = d; c.h0 = h0; c.dht = dht; c.dtype = dt;
+    c.dims = d;
+    c.h0 = h0;
+    c.dht = dht;
+    c.dtype = dt;
     cases.push_back(c);
   };
   add({8, 512, 12, 64, 16}, false, false, DType::f32);
@@ -45,7 +48,8 @@ TEST_CASE("KDA on CUDA: fused (Tensor API) vs the ops path", "[kda][cuda][ops]")
     const ErrReport e32 = compare(run_naive_f32(c, x), ops_r, false, true, c.h0);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(), gt.adapted.c_str());
+    std::printf("[kda] cuda fused vs ops %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
+                gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
@@ -60,7 +64,9 @@ TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajec
   const TensorCase t = to_tensors(c, x, c.dtype, Device::cuda(0));
   const Dims& d = c.dims;
   const int64_t traj = static_cast<int64_t>(trajectory_bytes(d));
-  struct Figures { int64_t allocs = 0, peak_in_use = 0, reserved = 0, big = 0; };
+  struct Figures {
+    int64_t allocs = 0, peak_in_use = 0, reserved = 0, big = 0;
+  };
   auto measure = [&](mixers::KdaPath path, Figures& fwd_f, Figures& bwd_f) {
     mixers::KdaConfig cfg;
     cfg.chunk = d.C;
@@ -101,9 +107,10 @@ TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajec
   measure(mixers::KdaPath::fused, ff, fb);
   measure(mixers::KdaPath::ops, of, ob);
   auto line = [&](const char* name, const Figures& f) {
-    std::printf("[kda] alloc gate %-14s allocations %4lld  peak in-use %9.1f MB  reserved %9.1f MB  "
-                "allocations >= trajectory (%.1f MB): %lld\n", name, (long long)f.allocs, f.peak_in_use / 1e6,
-                f.reserved / 1e6, traj / 1e6, (long long)f.big);
+    std::printf(
+        "[kda] alloc gate %-14s allocations %4lld  peak in-use %9.1f MB  reserved %9.1f MB  "
+        "allocations >= trajectory (%.1f MB): %lld\n",
+        name, (long long)f.allocs, f.peak_in_use / 1e6, f.reserved / 1e6, traj / 1e6, (long long)f.big);
   };
   line("fused forward", ff);
   line("fused backward", fb);

@@ -60,10 +60,10 @@ struct ApiCase {
 
 TEST_CASE("rwkv6 mixer ops path (f64, CPU) matches the naive recurrence", "[rwkv6][mixer][ops]") {
   const ApiCase cases[] = {
-      {{2, 50, 2, 8, 16}, GateKind::kLogSigmoid, true, true},   // partial last chunk
+      {{2, 50, 2, 8, 16}, GateKind::kLogSigmoid, true, true},  // partial last chunk
       {{1, 77, 2, 12, 32}, GateKind::kNegExp, true, true},
       {{1, 100, 1, 8, 64}, GateKind::kNegExp, true, false},
-      {{1, 29, 2, 4, 8}, GateKind::kLogSigmoid, true, true},    // the ops path takes any chunk
+      {{1, 29, 2, 4, 8}, GateKind::kLogSigmoid, true, true},  // the ops path takes any chunk
   };
   uint64_t seed = 4242;
   for (const auto& c : cases) {
@@ -79,20 +79,19 @@ TEST_CASE("rwkv6 mixer ops path (f64, CPU) matches the naive recurrence", "[rwkv
     auto g = lt::mixers::rwkv6_backward(std::move(out.saved), in.dO, in.dht);
     REQUIRE(out.ht.dtype() == lt::DType::f64);
     REQUIRE(g.dh0.dtype() == lt::DType::f64);
-    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o),  rel_err_l2(out.ht.to_vector(), ref.ht),
-                         rel_err_l2(g.dr.to_vector(), ref.dr),  rel_err_l2(g.dk.to_vector(), ref.dk),
-                         rel_err_l2(g.dv.to_vector(), ref.dv),  rel_err_l2(g.dw.to_vector(), ref.dw),
-                         rel_err_l2(g.du.to_vector(), ref.du),  rel_err_l2(g.dh0.to_vector(), ref.dh0)};
-    std::printf("rwkv6 mixer ops f64 T%lld D%lld C%lld: o %.1e ht %.1e dr %.1e dk %.1e dv %.1e dw %.1e du %.1e "
-                "dh0 %.1e\n",
-                (long long)c.d.T, (long long)c.d.D, (long long)c.d.chunk, e[0], e[1], e[2], e[3], e[4], e[5], e[6],
-                e[7]);
+    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
+                         rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
+                         rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
+                         rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+    std::printf(
+        "rwkv6 mixer ops f64 T%lld D%lld C%lld: o %.1e ht %.1e dr %.1e dk %.1e dv %.1e dw %.1e du %.1e "
+        "dh0 %.1e\n",
+        (long long)c.d.T, (long long)c.d.D, (long long)c.d.chunk, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
     for (double x : e) CHECK(x < 1e-12);
   }
 }
 
-TEST_CASE("rwkv6 mixer ops path gradients match finite differences of the ops forward (f64)",
-          "[rwkv6][mixer][ops]") {
+TEST_CASE("rwkv6 mixer ops path gradients match finite differences of the ops forward (f64)", "[rwkv6][mixer][ops]") {
   Dims d{1, 19, 2, 3, 16};  // partial second chunk
   Problem p(d, 777, GateKind::kNegExp, true, false, 0.8);
   Rwkv6Config cfg;
@@ -149,10 +148,10 @@ TEST_CASE("rwkv6 mixer on the CPU: naive, fused twins (both backwards) and ops a
     CHECK(out.ht.dtype() == lt::DType::f32);
     CHECK(g.dr.shape() == in.r.shape());
     CHECK(g.du.dtype() == lt::DType::f32);
-    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o),  rel_err_l2(out.ht.to_vector(), ref.ht),
-                         rel_err_l2(g.dr.to_vector(), ref.dr),  rel_err_l2(g.dk.to_vector(), ref.dk),
-                         rel_err_l2(g.dv.to_vector(), ref.dv),  rel_err_l2(g.dw.to_vector(), ref.dw),
-                         rel_err_l2(g.du.to_vector(), ref.du),  rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
+                         rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
+                         rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
+                         rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
     double worst = 0;
     for (double x : e) worst = std::max(worst, x);
     std::printf("rwkv6 mixer cpu f32 path %-6s backward %-8s worst rel err %.2e (dw %.2e)\n",

@@ -132,11 +132,11 @@ TEST_CASE("rwkv6 mixer on CUDA: the fused backward's peak allocation is below th
       }
     }
     const int64_t two = 2 * d.tokens_numel() * 4;
-    std::printf("rwkv6 mixer alloc %s B%lld T%lld H%lld D%lld C%lld: backward extra peak fused %lld B, fallback %lld B, "
-                "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n",
-                lt::dtype_name(ac.dt), (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D,
-                (long long)d.chunk, (long long)peak[0], (long long)peak[1], (long long)(peak[1] - peak[0]),
-                (long long)two);
+    std::printf(
+        "rwkv6 mixer alloc %s B%lld T%lld H%lld D%lld C%lld: backward extra peak fused %lld B, fallback %lld B, "
+        "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n",
+        lt::dtype_name(ac.dt), (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk,
+        (long long)peak[0], (long long)peak[1], (long long)(peak[1] - peak[0]), (long long)two);
     CHECK(peak[1] - peak[0] >= two);
   }
 }

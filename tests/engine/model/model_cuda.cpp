@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
-#include "tests/support/compare.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
+#include "tests/support/compare.h"
 
-using lt::DType;
 using lt::Device;
+using lt::DType;
 using lt::Tensor;
 using namespace lt::model;
 
@@ -28,7 +28,7 @@ ModelConfig cuda_config(Arch arch, Precision p) {
   c.hidden_size = 128;
   c.num_layers = 2;
   c.num_heads = 2;
-  c.head_dim = 64;   // the fused kernels' head size (RWKV6: expand_k = 1)
+  c.head_dim = 64;  // the fused kernels' head size (RWKV6: expand_k = 1)
   c.chunk = 64;
   c.precision = p;
   return c;
@@ -37,7 +37,8 @@ ModelConfig cuda_config(Arch arch, Precision p) {
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored) {
   const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
   std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
   for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
   return Tensor::from_vector(ids, {B, T}, DType::i32);
 }
@@ -73,7 +74,8 @@ StepResult step(const ModelConfig& c, Device device, const Tensor& weights, cons
     }
   }
   lt::synchronize(device);
-  if (device.is_cuda()) r.mallocs_after_first = lt::alloc::cuda_allocator(device.index).stats().num_device_alloc - after_first;
+  if (device.is_cuda())
+    r.mallocs_after_first = lt::alloc::cuda_allocator(device.index).stats().num_device_alloc - after_first;
   r.loss = loss.item();
   for (const lt::io::NamedTensor& g : m.named_grads()) r.grads.push_back({g.name, g.tensor.to(Device::cpu()).clone()});
   return r;
@@ -97,7 +99,8 @@ void check_cuda_steps(Arch arch) {
 
   const StepResult cpu = step(c32, Device::cpu(), weights, tokens, targets, inv_count, 1);
   const StepResult gpu = step(c32, Device::cuda(0), weights, tokens, targets, inv_count, 3);
-  const StepResult bf16 = step(cuda_config(arch, Precision::bf16), Device::cuda(0), weights, tokens, targets, inv_count, 2);
+  const StepResult bf16 =
+      step(cuda_config(arch, Precision::bf16), Device::cuda(0), weights, tokens, targets, inv_count, 2);
   gpu_alloc.set_poison(poison);
 
   // fp32: loss to 1e-5 relative, every gradient tensor to 1e-4 of its largest element.
@@ -108,8 +111,8 @@ void check_cuda_steps(Arch arch) {
   // bound is measured, not derived: on the H200 (2026-12-01, this test's shapes) the worst
   // tensors are layer 0's (their gradients cross both blocks' bf16 backward): L2 4.1e-2
   // (KDA) and 4.2e-2 (RWKV6), largest element 4.8e-2 and 7.9e-2 (docs/BENCHMARKS.md).
-  std::printf("model CUDA step (%s): loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", arch_name(arch), cpu.loss, gpu.loss,
-              bf16.loss);
+  std::printf("model CUDA step (%s): loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", arch_name(arch), cpu.loss,
+              gpu.loss, bf16.loss);
   CHECK(std::fabs(gpu.loss - cpu.loss) < 1e-5 * std::fabs(cpu.loss));
   CHECK(std::fabs(bf16.loss - gpu.loss) < 1e-2 * std::fabs(gpu.loss));
   REQUIRE(gpu.grads.size() == cpu.grads.size());

@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <cstdint>
 #include <map>
 #include <sstream>
 #include <string>
@@ -21,8 +21,8 @@
 #include "tests/engine/model/fla_state_dict_tiny.h"
 #include "tests/support/gradcheck.h"
 
-using lt::DType;
 using lt::Device;
+using lt::DType;
 using lt::Shape;
 using lt::Tensor;
 using namespace lt::model;
@@ -93,7 +93,8 @@ ModelConfig grad_config() {
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored = 0) {
   const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
   std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
   for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
   return Tensor::from_vector(ids, {B, T}, DType::i32);
 }
@@ -116,12 +117,12 @@ double inv_softplus(double x) { return x + std::log(-std::expm1(-x)); }
 TEST_CASE("model config: fla's size and epsilon rules, names", "[model]") {
   ModelConfig c;
   c.hidden_size = 768;
-  CHECK(c.intermediate() == 2048);   // 256 * ceil(2048 / 256)
+  CHECK(c.intermediate() == 2048);  // 256 * ceil(2048 / 256)
   c.hidden_size = 256;
-  CHECK(c.intermediate() == 768);    // int(682.67) = 682 -> 768
+  CHECK(c.intermediate() == 768);  // int(682.67) = 682 -> 768
   CHECK(c.eps() == 1e-6);
   c.arch = Arch::rwkv6;
-  CHECK(c.intermediate() == 896);    // 3.5 * 256
+  CHECK(c.intermediate() == 896);  // 3.5 * 256
   c.hidden_size = 768;
   CHECK(c.intermediate() == 2688);
   CHECK(c.eps() == 1e-5);
@@ -252,8 +253,7 @@ TEST_CASE("init: orthogonal and xavier_uniform", "[model][init]") {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double dot = 0;
-        for (int64_t k = 0; k < len; ++k)
-          dot += tall ? v[k * c + i] * v[k * c + j] : v[i * c + k] * v[j * c + k];
+        for (int64_t k = 0; k < len; ++k) dot += tall ? v[k * c + i] * v[k * c + j] : v[i * c + k] * v[j * c + k];
         worst = std::max(worst, std::fabs(dot - (i == j ? 0.01 : 0.0)));
       }
     CHECK(worst < 1e-14);
@@ -398,7 +398,8 @@ TEST_CASE("model: parameters round-trip through safetensors under fla's names", 
   const ModelConfig c = grad_config();
   Model a(c, Device::cpu());
   a.init_weights(77);
-  const std::string path = (std::filesystem::temp_directory_path() / "lintrain_test_model_roundtrip.safetensors").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "lintrain_test_model_roundtrip.safetensors").string();
   lt::io::write_safetensors(path, a.named_params());
   Model b(c, Device::cpu());
   b.load_params(lt::io::read_safetensors(path));
@@ -407,7 +408,8 @@ TEST_CASE("model: parameters round-trip through safetensors under fla's names", 
   std::vector<lt::io::NamedTensor> bad = a.named_params();
   bad[3].tensor = Tensor::zeros({2, 2});
   lt::io::write_safetensors(path, bad);
-  CHECK_THROWS_WITH(b.load_params(lt::io::read_safetensors(path)), Catch::Contains(bad[3].name) && Catch::Contains("[2, 2]"));
+  CHECK_THROWS_WITH(b.load_params(lt::io::read_safetensors(path)),
+                    Catch::Contains(bad[3].name) && Catch::Contains("[2, 2]"));
   bad = a.named_params();
   const std::string gone = bad.back().name;
   bad.pop_back();
@@ -459,7 +461,7 @@ TEST_CASE("model: the fused mixer path (its CPU twins) gives the ops path's step
   ModelConfig c = grad_config();
   c.hidden_size = 64;
   c.num_heads = 1;
-  c.head_dim = 64;  // the fused kernels' head size
+  c.head_dim = 64;              // the fused kernels' head size
   const int64_t B = 1, T = 24;  // chunk 16: a full chunk and a partial one
   const Tensor tokens = random_ids(B, T, c.vocab_size, 51);
   const Tensor targets = random_ids(B, T, c.vocab_size, 52, 2);

@@ -7,8 +7,8 @@
 #include "engine/model/model.h"
 #include "engine/ops.h"
 
-using lt::DType;
 using lt::Device;
+using lt::DType;
 using lt::Tensor;
 using namespace lt::model;
 
@@ -17,7 +17,8 @@ namespace {
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored = 0) {
   const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
   std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
   for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
   return Tensor::from_vector(ids, {B, T}, DType::i32);
 }

@@ -12,8 +12,8 @@
 #include "tests/engine/model/fla_state_dict_tiny.h"
 #include "tests/support/gradcheck.h"
 
-using lt::DType;
 using lt::Device;
+using lt::DType;
 using lt::Shape;
 using lt::Tensor;
 using namespace lt::model;
@@ -56,7 +56,8 @@ std::vector<Listed> rwkv6_listing() {
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored = 0) {
   const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
   std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i) ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
+  for (size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
   for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
   return Tensor::from_vector(ids, {B, T}, DType::i32);
 }
@@ -100,7 +101,8 @@ TEST_CASE("model RWKV6: parameter names, shapes and initial values are fla's", "
   CHECK(j["intermediate_size"] == 896);
 }
 
-TEST_CASE("model RWKV6: float64 finite differences of the loss match every parameter gradient", "[model][rwkv6][gradcheck]") {
+TEST_CASE("model RWKV6: float64 finite differences of the loss match every parameter gradient",
+          "[model][rwkv6][gradcheck]") {
   ModelConfig c;
   c.arch = Arch::rwkv6;
   c.vocab_size = 64;
@@ -120,8 +122,7 @@ TEST_CASE("model RWKV6: float64 finite differences of the loss match every param
     Tensor p = m.param(s.name);
     if (s.init == Init::zeros || s.init == Init::ones)
       p.copy_(lt::ops::add(p, lt::ops::mul_scalar(lt::ops::randn(s.shape, 99 + p.numel(), 0, DType::f64), 0.3)));
-    else
-      p.copy_(lt::ops::mul_scalar(p, 6.0));
+    else p.copy_(lt::ops::mul_scalar(p, 6.0));
   }
   const int64_t B = 2, T = 20;
   const Tensor tokens = random_ids(B, T, c.vocab_size, 5);

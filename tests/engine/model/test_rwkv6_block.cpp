@@ -200,13 +200,11 @@ TEST_CASE("rwkv6 block gradients match finite differences (f64, ops path, chunk 
   check_block_gradients(grad_config("ops", 8), 1, 202);
 }
 
-TEST_CASE("rwkv6 block gradients match finite differences (f64, fused path's CPU twins, chunk 16)",
-          "[model][rwkv6]") {
+TEST_CASE("rwkv6 block gradients match finite differences (f64, fused path's CPU twins, chunk 16)", "[model][rwkv6]") {
   check_block_gradients(grad_config("fused", 16), 0, 303);
 }
 
-TEST_CASE("rwkv6 block: auto path on the CPU is the ops path; eval keeps nothing; bad shapes throw",
-          "[model][rwkv6]") {
+TEST_CASE("rwkv6 block: auto path on the CPU is the ops path; eval keeps nothing; bad shapes throw", "[model][rwkv6]") {
   ModelConfig cfg = grad_config("auto", 16);
   BlockParams bp(cfg, 1, 7);
   const Tensor x = lt::ops::randn({1, 11, cfg.hidden_size}, 8, 0, DType::f64);

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/compare.h"
 #include "engine/device.h"
 #include "engine/model/blocks.h"
 #include "engine/model/params.h"
 #include "engine/ops.h"
+#include "tests/support/compare.h"
 
-using lt::DType;
 using lt::Device;
+using lt::DType;
 using lt::Tensor;
 using namespace lt::model;
 
@@ -71,8 +71,7 @@ Run run_block(const ModelConfig& cfg, int layer, const ParamMap& host, const Ten
 
 }  // namespace
 
-TEST_CASE("rwkv6 block on CUDA (fused mixer, fp32 and bf16) matches the CPU block in float64",
-          "[model][rwkv6][cuda]") {
+TEST_CASE("rwkv6 block on CUDA (fused mixer, fp32 and bf16) matches the CPU block in float64", "[model][rwkv6][cuda]") {
   ModelConfig cfg = cuda_block_config();
   const int64_t B = 2, T = 50, d = cfg.hidden_size;
   for (int layer = 0; layer < 2; ++layer) {
@@ -90,8 +89,8 @@ TEST_CASE("rwkv6 block on CUDA (fused mixer, fp32 and bf16) matches the CPU bloc
     const Tensor dy = lt::ops::randn({B, T, d}, 6000 + layer, 0, DType::f64);
     ModelConfig cpu_cfg = cfg;
     cpu_cfg.mixer_path = "ops";
-    const Run ref = run_block(cpu_cfg, layer, host, x, dy, Device::cpu(), DType::f64, DType::f64, DType::f64,
-                              DType::f64);
+    const Run ref =
+        run_block(cpu_cfg, layer, host, x, dy, Device::cpu(), DType::f64, DType::f64, DType::f64, DType::f64);
     struct Mode {
       const char* name;
       DType act, wdt;

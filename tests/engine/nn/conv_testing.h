@@ -13,7 +13,8 @@ struct RefConv {
 };
 
 // x [B, T, C], w [C, W]; with dy, also dx and dw.
-inline RefConv ref_short_conv(const Tensor& x_t, const Tensor& w_t, bool silu, const std::vector<double>* dy = nullptr) {
+inline RefConv ref_short_conv(const Tensor& x_t, const Tensor& w_t, bool silu,
+                              const std::vector<double>* dy = nullptr) {
   const std::vector<double> x = x_t.to_vector(), w = w_t.to_vector();
   const int64_t B = x_t.size(0), T = x_t.size(1), C = x_t.size(2), W = w_t.size(1);
   auto at = [&](int64_t b, int64_t t, int64_t c) { return (b * T + t) * C + c; };

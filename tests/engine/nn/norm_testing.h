@@ -38,7 +38,8 @@ struct NormInputs {
 };
 
 // x, g: shifted normals in `dtype`; w in [0.5, 1.5]; b normal * 0.3 (parameter dtype).
-inline NormInputs make_norm_inputs(NormForm f, const Shape& xs, DType dtype, uint64_t seed, Device dev = Device::cpu()) {
+inline NormInputs make_norm_inputs(NormForm f, const Shape& xs, DType dtype, uint64_t seed,
+                                   Device dev = Device::cpu()) {
   const DType pd = dtype == DType::f64 ? DType::f64 : DType::f32;
   const Shape ws = norm_weight_shape(f, xs);
   NormInputs in;
@@ -91,8 +92,8 @@ inline NormGrads norm_backward(NormForm f, const Tensor& dy, const NormInputs& i
 
 // ---- direct formulas in double -----------------------------------------------------------
 struct RefNorm {
-  std::vector<double> y, mean, rstd;              // forward
-  std::vector<double> dx, dg, dw, db;             // backward (dw, db: this call's gradient only)
+  std::vector<double> y, mean, rstd;   // forward
+  std::vector<double> dx, dg, dw, db;  // backward (dw, db: this call's gradient only)
 };
 
 inline double ref_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
@@ -145,8 +146,7 @@ inline RefNorm ref_norm(NormForm f, const NormInputs& in, double eps, const std:
       if (has_bias(f)) r.db[h * L + j] += e;
     }
     if (!dy) continue;
-    for (int64_t j = 0; j < L; ++j)
-      r.dx[o + j] = rs * (d[j] - (centers(f) ? mean_d : 0.0) - xh[j] * mean_dxh);
+    for (int64_t j = 0; j < L; ++j) r.dx[o + j] = rs * (d[j] - (centers(f) ? mean_d : 0.0) - xh[j] * mean_dxh);
   }
   return r;
 }

@@ -124,8 +124,8 @@ TEST_CASE("token shift: delta = x[t-1] - x[t] with x[-1] = 0, and its backward",
 
 TEST_CASE("activation errors name the op and the shapes", "[nn][activation]") {
   const Tensor a = test::random_tensor({2, 3}, 1), b = test::random_tensor({3, 2}, 2);
-  CHECK_THROWS_WITH(nn::swiglu_forward(a, b), Catch::Contains("swiglu_forward") && Catch::Contains("[2, 3]") &&
-                                                  Catch::Contains("[3, 2]"));
+  CHECK_THROWS_WITH(nn::swiglu_forward(a, b),
+                    Catch::Contains("swiglu_forward") && Catch::Contains("[2, 3]") && Catch::Contains("[3, 2]"));
   CHECK_THROWS_WITH(nn::silu_mul_backward(a, a, a.to(DType::f64)), Catch::Contains("silu_mul_backward"));
   CHECK_THROWS_WITH(nn::sqrelu_forward(a.to(DType::i32)), Catch::Contains("sqrelu_forward"));
   CHECK_THROWS_WITH(nn::token_shift_forward(test::random_tensor({4}, 3)),

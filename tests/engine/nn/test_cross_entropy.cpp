@@ -27,9 +27,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 struct Reference {
-  double loss = 0;               // inv_count * sum over valid rows of (lse - z_t)
-  std::vector<double> dlogits;   // [N, V]
-  std::vector<int> correct;      // [N]
+  double loss = 0;              // inv_count * sum over valid rows of (lse - z_t)
+  std::vector<double> dlogits;  // [N, V]
+  std::vector<int> correct;     // [N]
 };
 
 // Direct formulas in f64 from x [N, d], W [V, d].
@@ -104,8 +104,7 @@ TEST_CASE("lm head cross-entropy forward: loss and argmax flags against the form
   CHECK(nn::lm_head_logits(x.to(DType::f32), W.to(DType::f32)).dtype() == DType::f32);
 }
 
-TEST_CASE("lm head cross-entropy backward: dx, dW by finite differences, ignored rows, chunks",
-          "[nn][cross_entropy]") {
+TEST_CASE("lm head cross-entropy backward: dx, dW by finite differences, ignored rows, chunks", "[nn][cross_entropy]") {
   Tensor x = test::random_tensor({kN, kD}, 3, DType::f64);
   Tensor W = test::random_tensor({kV, kD}, 4, DType::f64);
   const Tensor targets = Tensor::from_vector(kTargets, {kN});
@@ -226,9 +225,9 @@ TEST_CASE("lm head cross-entropy errors name the bad target, shape or argument",
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{1, 9, -100}, {3});
   CHECK_THROWS_WITH(nn::lm_head_cross_entropy_backward(x, W, bad, args, loss, dx, dW),
                     Catch::Contains("target 9") && Catch::Contains("[0, 9)"));
-  CHECK_THROWS_WITH(nn::lm_head_cross_entropy_forward(x, W, Tensor::from_vector(std::vector<int64_t>{1, -5, 2}, {3}),
-                                                      args, loss),
-                    Catch::Contains("target -5"));
+  CHECK_THROWS_WITH(
+      nn::lm_head_cross_entropy_forward(x, W, Tensor::from_vector(std::vector<int64_t>{1, -5, 2}, {3}), args, loss),
+      Catch::Contains("target -5"));
   const Tensor good = Tensor::from_vector(std::vector<int64_t>{1, 2, 3}, {3});
   CHECK_THROWS_WITH(nn::lm_head_cross_entropy_forward(x, W, good.narrow(0, 0, 2), args, loss),
                     Catch::Contains("targets [2]") && Catch::Contains("[3, 6]"));

@@ -94,7 +94,8 @@ TEST_CASE("cuda lm head cross-entropy matches the CPU", "[nn][cross_entropy][cud
 }
 
 TEST_CASE("cuda cross-entropy: a target out of range makes the loss NaN", "[nn][cross_entropy][cuda]") {
-  const Tensor x = test::random_tensor({4, 8}, 1, DType::f32, kGpu), W = test::random_tensor({10, 8}, 2, DType::f32, kGpu);
+  const Tensor x = test::random_tensor({4, 8}, 1, DType::f32, kGpu),
+               W = test::random_tensor({10, 8}, 2, DType::f32, kGpu);
   const Tensor targets = Tensor::from_vector(std::vector<int64_t>{1, 2, 10, 3}, {4}, DType::i64, kGpu);
   Tensor loss = Tensor::zeros({}, DType::f32, kGpu);
   nn::lm_head_cross_entropy_forward(x, W, targets, nn::LmHeadLossArgs{}, loss);

@@ -60,8 +60,8 @@ TEST_CASE("embedding backward: dW += per-row sums of dy, checked by finite diffe
   CHECK(test::rel_err(d1, want) < 1e-15);
 
   const Tensor analytic = dW - dW0;
-  const double err =
-      test::gradcheck(W, analytic, [&] { return test::weighted_sum(nn::embedding_forward(idx, W, DType::f64), w_out); });
+  const double err = test::gradcheck(
+      W, analytic, [&] { return test::weighted_sum(nn::embedding_forward(idx, W, DType::f64), w_out); });
   CHECK(err < 1e-9);
 }
 

@@ -90,8 +90,7 @@ TEST_CASE("linear backward accumulates dW and db with +=; need_dx = false skips 
   const Tensor none = nn::linear_backward(dy, x, W, dW, &db, /*need_dx=*/false);
   CHECK_FALSE(none.defined());
   nn::linear_backward(dy, x, W, dW, &db, false);
-  const std::vector<double> dWv = dW.to_vector(), dbv = db.to_vector(), dW0v = dW0.to_vector(),
-                            db0v = db0.to_vector();
+  const std::vector<double> dWv = dW.to_vector(), dbv = db.to_vector(), dW0v = dW0.to_vector(), db0v = db0.to_vector();
   std::vector<double> dW_exp(18), db_exp(3);
   for (size_t i = 0; i < 18; ++i) dW_exp[i] = dW0v[i] + 2 * dW_ref[i];
   for (size_t i = 0; i < 3; ++i) db_exp[i] = db0v[i] + 2 * db_ref[i];

@@ -120,9 +120,9 @@ TEST_CASE("short_conv: dw is bit-identical run to run (CPU); strided x", "[nn][s
 TEST_CASE("short_conv: bad arguments name the op and the shapes", "[nn][short_conv]") {
   const Tensor x = random_tensor({2, 5, 6}, 801);
   const Tensor w = conv_weight(6, 4, 802, DType::f32);
-  CHECK_THROWS_WITH(nn::short_conv_forward(random_tensor({10, 6}, 803), w),
-                    Catch::Contains("short_conv_forward") && Catch::Contains("x [10, 6]") &&
-                        Catch::Contains("[B, T, C]"));
+  CHECK_THROWS_WITH(nn::short_conv_forward(random_tensor({10, 6}, 803), w), Catch::Contains("short_conv_forward") &&
+                                                                                Catch::Contains("x [10, 6]") &&
+                                                                                Catch::Contains("[B, T, C]"));
   CHECK_THROWS_WITH(nn::short_conv_forward(x, conv_weight(5, 4, 804, DType::f32)),
                     Catch::Contains("short_conv_forward") && Catch::Contains("w [5, 4]") && Catch::Contains("C = 6"));
   CHECK_THROWS_WITH(nn::short_conv_forward(x, conv_weight(6, 9, 805, DType::f32)),

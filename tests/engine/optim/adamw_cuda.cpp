@@ -24,7 +24,8 @@ const Device kCpu = Device::cpu();
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return ha.dtype() == hb.dtype() && ha.numel() == hb.numel() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+  return ha.dtype() == hb.dtype() && ha.numel() == hb.numel() &&
+         std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
 }
 
 // Poison mode of the CUDA allocator for the scope: fresh blocks hold NaN.
