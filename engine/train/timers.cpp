@@ -200,7 +200,8 @@ struct StageTimer::Impl {
   std::vector<Sample> samples;
   std::vector<std::pair<double, int64_t>> step_launches;
 
-  explicit Impl(Device d) : device(d) {
+  bool sample_memory = true;
+  Impl(Device d, bool sample) : device(d), sample_memory(sample) {
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda()) grow_pool(512);
 #endif
@@ -233,9 +234,11 @@ struct StageTimer::Impl {
     m.stage = stage;
     m.entering = entering;
     m.host_ns = steady_ns();
-    const alloc::Stats st = allocator().stats();
-    m.in_use = st.allocated_bytes.current;
-    m.reserved = st.reserved_bytes.current;
+    if (sample_memory) {
+      const alloc::Stats st = allocator().stats();
+      m.in_use = st.allocated_bytes.current;
+      m.reserved = st.reserved_bytes.current;
+    }
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda()) {
       if (static_cast<size_t>(next_event) >= events.size()) grow_pool(events.size() * 2);
@@ -263,7 +266,7 @@ struct StageTimer::Impl {
   }
 };
 
-StageTimer::StageTimer(Device device) : impl_(std::make_unique<Impl>(device)) {}
+StageTimer::StageTimer(Device device, bool sample_memory) : impl_(std::make_unique<Impl>(device, sample_memory)) {}
 
 StageTimer::~StageTimer() {
   if (impl_ && impl_->active) set_stage_listener(nullptr);
@@ -325,7 +328,7 @@ StepTiming StageTimer::end_step() {
   for (size_t i = 1; i + 1 < I.marks.size(); ++i) {
     const Impl::Mark& m = I.marks[i];
     const double at = I.ms_of(m);
-    I.samples.push_back({step_base_us + at * 1e3, m.in_use, m.reserved});
+    if (I.sample_memory) I.samples.push_back({step_base_us + at * 1e3, m.in_use, m.reserved});
     if (m.entering) {
       if (!agg.count(m.stage)) agg[m.stage].parent = stack.empty() ? std::string() : stack.back().first;
       stack.emplace_back(m.stage, at);

@@ -75,7 +75,9 @@ struct StepTiming {
 
 class StageTimer {
  public:
-  explicit StageTimer(Device device);
+  // sample_memory: read the caching allocator's bytes at every stage boundary for the Chrome
+  // trace's counter tracks (a lock and a copy per boundary: off unless a trace is wanted).
+  explicit StageTimer(Device device, bool sample_memory = true);
   ~StageTimer();
   StageTimer(const StageTimer&) = delete;
   StageTimer& operator=(const StageTimer&) = delete;
