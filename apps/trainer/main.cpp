@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   CLI::App* bc = app.add_subcommand("bench-compare",
                                     "compare two --bench results: per-stage median ratios B/A, with a verdict only "
                                     "where the medians lie outside each other's p10-p90 spread. On a shared card, "
-                                    "run A and B interleaved (A B A B ...) in one session");
+                                    "run A and B interleaved (A B A B ...) in one sitting");
   bc->add_option("A", cmp_a, "the baseline result JSON")->required();
   bc->add_option("B", cmp_b, "the result JSON to compare")->required();
   CLI::App* ev =
