@@ -43,13 +43,11 @@ workers wrote and re-tunes in the measuring process on already-compiled kernels.
 """
 
 import argparse
-import io
 import json
 import math
 import os
 import statistics
 import sys
-import tarfile
 import time
 
 T_START = time.time()
@@ -94,52 +92,10 @@ def parse_args():
 
 
 ARGS = parse_args()
-# Triton's group files record ABSOLUTE child paths, so a packed cache only hits when it is unpacked at the
-# same TRITON_CACHE_DIR it was written at: keep /tmp/triton-cache everywhere.
-CACHE_DIR = os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/triton-cache")
+# The Triton cache carried between calls (scripts/peer/triton_cache.py sets TRITON_CACHE_DIR).
+from triton_cache import pack_cache, unpack_cache  # noqa: E402
 
-
-def cache_stats(root):
-    files, total, autotune = 0, 0, 0
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            files += 1
-            total += os.path.getsize(os.path.join(d, f))
-            autotune += f.endswith(".autotune.json")
-    return {"files": files, "bytes": total, "autotune_json": autotune}
-
-
-def unpack_cache(path):
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    if not path or not os.path.exists(path):
-        return {"cache_in": path, "unpacked": False}
-    with tarfile.open(path, "r:gz") as tf:
-        tf.extractall(CACHE_DIR, filter="data")
-    return {"cache_in": path, "unpacked": True, **cache_stats(CACHE_DIR)}
-
-
-def pack_cache(path, limit):
-    """Whole cache if it fits in `limit`; else only the kernel dirs holding autotune results."""
-    def build(select):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tf:
-            for name in sorted(os.listdir(CACHE_DIR)):
-                full = os.path.join(CACHE_DIR, name)
-                if select(full):
-                    tf.add(full, arcname=name)
-        return buf.getvalue()
-
-    if not os.path.isdir(CACHE_DIR):
-        return {"cache_out": None, "why": f"{CACHE_DIR} does not exist"}
-    data, what = build(lambda d: True), "full"
-    if len(data) > limit:
-        data, what = build(lambda d: os.path.isdir(d) and any(f.endswith(".autotune.json")
-                                                              for f in os.listdir(d))), "autotune-only"
-    if len(data) > limit:
-        return {"cache_out": None, "why": f"even autotune-only is {len(data)} B > {limit}"}
-    with open(path, "wb") as f:
-        f.write(data)
-    return {"cache_out": path, "contents": what, "tgz_bytes": len(data), **cache_stats(CACHE_DIR)}
+CACHE_DIR = os.environ["TRITON_CACHE_DIR"]
 
 
 if ARGS.pack_only:

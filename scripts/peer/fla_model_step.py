@@ -54,13 +54,11 @@ Needs no torch for --help or --pack-only.
 """
 
 import argparse
-import io
 import json
 import math
 import os
 import statistics
 import sys
-import tarfile
 import time
 
 T_START = time.time()
@@ -113,55 +111,8 @@ def parse_args(argv=None):
     return a
 
 
-# ---------------------------------------------------------------- Triton cache (as fla_mixer_bench.py)
-def cache_dir():
-    return os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/triton-cache")
-
-
-def cache_stats(root):
-    files, total, autotune = 0, 0, 0
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            files += 1
-            total += os.path.getsize(os.path.join(d, f))
-            autotune += f.endswith(".autotune.json")
-    return {"files": files, "bytes": total, "autotune_json": autotune}
-
-
-def unpack_cache(path):
-    root = cache_dir()
-    os.makedirs(root, exist_ok=True)
-    if not path or not os.path.exists(path):
-        return {"cache_in": path, "unpacked": False}
-    with tarfile.open(path, "r:gz") as tf:
-        tf.extractall(root, filter="data")
-    return {"cache_in": path, "unpacked": True, **cache_stats(root)}
-
-
-def pack_cache(path, limit):
-    """Whole cache if it fits in `limit`; else only the kernel dirs holding autotune results."""
-    root = cache_dir()
-
-    def build(select):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tf:
-            for name in sorted(os.listdir(root)):
-                full = os.path.join(root, name)
-                if select(full):
-                    tf.add(full, arcname=name)
-        return buf.getvalue()
-
-    if not os.path.isdir(root):
-        return {"cache_out": None, "why": f"{root} does not exist"}
-    data, what = build(lambda d: True), "full"
-    if len(data) > limit:
-        data, what = build(lambda d: os.path.isdir(d) and any(f.endswith(".autotune.json")
-                                                              for f in os.listdir(d))), "autotune-only"
-    if len(data) > limit:
-        return {"cache_out": None, "why": f"even autotune-only is {len(data)} B > {limit}"}
-    with open(path, "wb") as f:
-        f.write(data)
-    return {"cache_out": path, "contents": what, "tgz_bytes": len(data), **cache_stats(root)}
+# ---------------------------------------------------------------- Triton cache
+from triton_cache import cache_dir, pack_cache, unpack_cache  # noqa: E402  (scripts/peer/triton_cache.py)
 
 
 # ---------------------------------------------------------------- autotune hooks
