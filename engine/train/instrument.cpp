@@ -157,12 +157,14 @@ void Instrumentation::after_step(const StepStats& stats) {
     I.A.set_trace(false);
     I.tracing = false;
   }
-  if (I.opt.alloc_snapshot_at > 0 && stats.step == I.opt.alloc_snapshot_at && !I.opt.alloc_trace.empty()) {
-    const std::string path = with_suffix(I.opt.alloc_trace, "_step" + std::to_string(stats.step) + ".json");
-    I.A.dump_snapshot_json(path);
-    spdlog::info("allocator snapshot at step {} written: {}", stats.step, path);
-  } else if (I.opt.alloc_snapshot_at > 0 && stats.step == I.opt.alloc_snapshot_at) {
-    const std::string path = "alloc_snapshot_step" + std::to_string(stats.step) + ".json";
+  if (I.opt.alloc_snapshot_at > 0 && stats.step == I.opt.alloc_snapshot_at) {
+    // Beside the --alloc-trace file when there is one, else in the run's folder.
+    const std::string base =
+        !I.opt.alloc_trace.empty() ? I.opt.alloc_trace
+        : !I.opt.metrics_path.empty()
+            ? (std::filesystem::path(I.opt.metrics_path).parent_path() / "alloc_snapshot.json").string()
+            : std::string("alloc_snapshot.json");
+    const std::string path = with_suffix(base, "_step" + std::to_string(stats.step) + ".json");
     I.A.dump_snapshot_json(path);
     spdlog::info("allocator snapshot at step {} written: {}", stats.step, path);
   }
@@ -218,8 +220,6 @@ nlohmann::json Instrumentation::finish() {
       write_json_file(I.opt.bench_out, r);
       spdlog::info("bench result written: {}", I.opt.bench_out);
     }
-    const Spread s = spread_of({});
-    (void)s;
     const auto& ms = r["ms_per_step"];
     if (ms.is_object())
       spdlog::info("bench: {} steps, {:.3f} ms/step median (p10 {:.3f}, p90 {:.3f}), {:.0f} tokens/s",

@@ -124,6 +124,14 @@ TEST_CASE("trainer --alloc-trace: snapshot, pickle and Chrome trace of the first
   CHECK(text.find("fwd/L0") != std::string::npos);  // events carry their stage
   const auto j = nlohmann::json::parse(text);
   CHECK(j.contains("segments"));
+  // --alloc-snapshot-at alone: one snapshot after that step, in the run's folder.
+  const std::string out2 = tmp / "run2";
+  write_text(tmp / "c2.json", tiny(out2, 3));
+  auto r2 = run_trainer({"--config", tmp / "c2.json", "--alloc-snapshot-at", "2"}, tmp.path.string(), "snap");
+  INFO(r2.err);
+  REQUIRE(r2.rc == 0);
+  REQUIRE(fs::exists(out2 + "/alloc_snapshot_step2.json"));
+  CHECK(nlohmann::json::parse(read_text(out2 + "/alloc_snapshot_step2.json")).contains("segments"));
 }
 
 TEST_CASE("trainer: a bad --timers spec exits 2 showing the grammar and writes nothing", "[trainer][timers]") {
