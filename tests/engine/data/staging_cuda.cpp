@@ -74,7 +74,7 @@ TEST_CASE("staging cuda: asynchronous uploads from reused pinned slots deliver t
       CHECK(std::equal(tgt.begin(), tgt.end(), want[i].targets.begin()));
     }
     const auto st = staged.staging()->stats();
-    CHECK(st.acquires == 16);
+    CHECK(st.acquires >= 16);  // the prefetch thread may have taken slots for the next batches
     INFO("slots " << st.slots << ", waits " << st.waits << ", grown " << st.grown);
     CHECK(st.slots <= 2 + prefetch + 1);
   }
