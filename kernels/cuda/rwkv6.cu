@@ -29,7 +29,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/rwkv6_mma.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/half.h"
 #include "kernels/launch.h"
 #include "kernels/rwkv6.h"
