@@ -2,10 +2,12 @@
 // table's nesting and sums, the metrics JSON line and the Chrome trace.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "engine/ops.h"
 #include "engine/train/timers.h"
@@ -196,4 +198,47 @@ TEST_CASE("StageTimer: the Chrome trace parses and has the stage slices and coun
   CHECK(slices == 2);
   CHECK(mem >= 4);
   CHECK(launches == 2);
+}
+
+// The host cost of one stage boundary (entering or leaving a StageScope), untimed and timed,
+// on the CPU backend (no CUDA event: this is the host work around it). Hidden: run with
+//   build-cpu/tests/lintrain_tests "[.benchmark][timers]"
+// A step of the benchmark model enters about 40 scopes; each iteration here enters and
+// leaves 5 nested scopes (paths up to 30 characters) and counts one launch in the innermost.
+TEST_CASE("StageTimer: host cost per stage boundary (micro-benchmark)", "[.benchmark][timers]") {
+  constexpr int kSteps = 200, kPerStep = 40;
+  auto one_step = [] {
+    for (int i = 0; i < kPerStep / 5; ++i) {
+      StageScope a("fwd");
+      StageScope b(i % 2 ? "L1" : "L0");
+      StageScope c("attn");
+      StageScope d("kda");
+      StageScope e("intra_chunk");
+      count_launch();
+    }
+  };
+  auto ns_per_boundary = [&](StageTimer* timer) {
+    std::vector<double> per_step;
+    for (int s = 0; s < kSteps; ++s) {
+      if (timer) timer->begin_step(s);
+      const auto t0 = std::chrono::steady_clock::now();
+      one_step();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (timer) timer->end_step();
+      per_step.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / (2.0 * kPerStep));
+    }
+    std::sort(per_step.begin(), per_step.end());
+    return per_step[per_step.size() / 2];
+  };
+  one_step();  // make the atlas's counters
+  const double untimed = ns_per_boundary(nullptr);
+  StageTimer quiet(Device::cpu(), false);
+  const double timed = ns_per_boundary(&quiet);
+  StageTimer sampling(Device::cpu(), true);
+  const double timed_memory = ns_per_boundary(&sampling);
+  std::printf(
+      "stage boundary, host ns (median of %d steps of %d scopes): untimed %.1f, timed %.1f, timed + memory "
+      "samples %.1f\n",
+      kSteps, kPerStep, untimed, timed, timed_memory);
+  CHECK(timed > 0.0);
 }
