@@ -15,6 +15,8 @@ Per timed step and stage (inclusive of the stages it encloses) the table shows:
   kernel ms    the sum of the durations of the stage's kernels (CUPTI start..end)
   span ms      the first kernel's start to the last one's end (the kernels' extent; gaps
                between scopes of a stage entered more than once are inside it)
+  copy ms      the summed durations of the stage's memcpy / memset (not kernels: not in
+               "kernel ms" nor counted as launches; shown because the event time holds them)
   launches     launches the launch atlas counted in the stage
   kernels      kernels CUPTI recorded in the stage
   time         "ok" when |event - kernel| <= tolerance x event, else the signed difference
@@ -85,6 +87,7 @@ def kernels_of(kernels, stage):
 def check_step(timing, trace, tol, out):
     """Prints the table of one step; returns (checks, failures)."""
     kernels = trace["kernels"]
+    copies = trace.get("copies", [])
     step = timing["step"]
     stages = timing["stages"]
     for s in stages:
@@ -93,7 +96,7 @@ def check_step(timing, trace, tol, out):
     checks = failures = 0
     out.write(f"step {step} (train step {timing.get('train_step', '?')}): {len(kernels)} kernels, "
               f"{timing.get('launches', 0)} launches counted, dropped records {trace.get('dropped', 0)}\n")
-    head = (f"  {'stage':<44} {'event ms':>9} {'kernel ms':>9} {'span ms':>9} {'launches':>8} {'kernels':>7}"
+    head = (f"  {'stage':<44} {'event ms':>9} {'kernel ms':>9} {'span ms':>9} {'copy ms':>8} {'launches':>8} {'kernels':>7}"
             f"  {'time':>8} {'count':>6}\n")
     out.write(head)
     known = {s["stage"] for s in stages}
@@ -102,6 +105,7 @@ def check_step(timing, trace, tol, out):
         ks = kernels_of(kernels, name)
         ksum = sum(k["end_ns"] - k["start_ns"] for k in ks) / 1e6
         span = (max(k["end_ns"] for k in ks) - min(k["start_ns"] for k in ks)) / 1e6 if ks else 0.0
+        copy = sum(c["end_ns"] - c["start_ns"] for c in kernels_of(copies, name)) / 1e6
         event = float(s["ms"])
         tv, tok = verdict_time(event, ksum, tol)
         cv, cok = verdict_count(int(s.get("launches", 0)), len(ks))
@@ -111,7 +115,7 @@ def check_step(timing, trace, tol, out):
         checks += 2
         failures += (not tok) + (not cok)
         label = "  " * int(s["depth"]) + name
-        out.write(f"  {label:<44} {event:9.3f} {ksum:9.3f} {span:9.3f} {int(s.get('launches', 0)):8d} {len(ks):7d}"
+        out.write(f"  {label:<44} {event:9.3f} {ksum:9.3f} {span:9.3f} {copy:8.3f} {int(s.get('launches', 0)):8d} {len(ks):7d}"
                   f"  {tv:>8} {cv:>6}\n")
     stray = [k for k in kernels if k.get("stages") and not any(c in known for c in k["stages"])]
     if stray:
@@ -127,9 +131,10 @@ def check_step(timing, trace, tol, out):
     out.write(f"  step: event {step_ms:.3f} ms, top-level stages sum {top:.3f} ms "
               f"({100 * r:+.2f}% of the step outside stages): {'ok' if ok else 'FAILED'} "
               f"(tolerance {100 * tol:g}%)\n")
+    all_copies = sum(c["end_ns"] - c["start_ns"] for c in copies) / 1e6
     out.write(f"  step: kernels sum {all_sum:.3f} ms ({100 * all_sum / step_ms if step_ms else 0:.1f}% of the "
-              f"event time), span {all_span:.3f} ms; launches counted {timing.get('launches', 0)}, "
-              f"kernels {len(kernels)}\n")
+              f"event time), span {all_span:.3f} ms; copies {all_copies:.3f} ms in {len(copies)}; "
+              f"launches counted {timing.get('launches', 0)}, kernels {len(kernels)}\n")
     return checks, failures
 
 

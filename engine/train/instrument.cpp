@@ -143,7 +143,9 @@ void Instrumentation::after_step(const StepStats& stats) {
     if (I.bench_timing) I.bench.add_timed(t);
     if (I.kernels) {
       std::ofstream f(I.opt.kernel_trace, std::ios::app);
-      f << kernel_trace_line(t.step, stats.step, I.timer.step_kernels(), I.kernels->dropped()).dump() << "\n";
+      f << kernel_trace_line(t.step, stats.step, I.timer.step_kernels(), I.kernels->dropped(), I.kernels->copies())
+               .dump()
+        << "\n";
       if (!f) throw std::runtime_error("--kernel-trace '" + I.opt.kernel_trace + "': writing failed");
     }
   }

@@ -15,20 +15,37 @@
 #endif
 
 namespace lt::train {
-nlohmann::json kernel_trace_line(int64_t step, int64_t train_step, std::vector<KernelRecord> kernels, int64_t dropped) {
-  std::stable_sort(kernels.begin(), kernels.end(),
+namespace {
+
+nlohmann::json records_json(std::vector<KernelRecord> records, bool copies) {
+  std::stable_sort(records.begin(), records.end(),
                    [](const KernelRecord& a, const KernelRecord& b) { return a.start_ns < b.start_ns; });
   nlohmann::json arr = nlohmann::json::array();
-  for (const KernelRecord& k : kernels)
-    arr.push_back({{"name", k.name},
-                   {"stage", k.stages.empty() ? std::string() : k.stages.back()},
-                   {"stages", k.stages},
-                   {"start_ns", k.start_ns},
-                   {"end_ns", k.end_ns},
-                   {"stream", k.stream},
-                   {"correlation", k.correlation}});
-  return {{"kind", "kernel-trace"},   {"version", 1},       {"step", step},
-          {"train_step", train_step}, {"dropped", dropped}, {"kernels", std::move(arr)}};
+  for (const KernelRecord& k : records) {
+    nlohmann::json j = {{"name", k.name},
+                        {"stage", k.stages.empty() ? std::string() : k.stages.back()},
+                        {"stages", k.stages},
+                        {"start_ns", k.start_ns},
+                        {"end_ns", k.end_ns},
+                        {"stream", k.stream},
+                        {"correlation", k.correlation}};
+    if (copies) j["bytes"] = k.bytes;
+    arr.push_back(std::move(j));
+  }
+  return arr;
+}
+
+}  // namespace
+
+nlohmann::json kernel_trace_line(int64_t step, int64_t train_step, std::vector<KernelRecord> kernels, int64_t dropped,
+                                 std::vector<KernelRecord> copies) {
+  return {{"kind", "kernel-trace"},
+          {"version", 1},
+          {"step", step},
+          {"train_step", train_step},
+          {"dropped", dropped},
+          {"kernels", records_json(std::move(kernels), false)},
+          {"copies", records_json(std::move(copies), true)}};
 }
 
 #if LINTRAIN_WITH_CUPTI
@@ -59,8 +76,9 @@ struct Cupti {
 };
 
 constexpr size_t kBufferBytes = 8u << 20;
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
-                                         CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+constexpr CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 
 }  // namespace
 
@@ -75,8 +93,10 @@ struct KernelRecorder::Impl {
     int64_t start = 0, end = 0;
     uint64_t stream = 0;
     uint32_t correlation = 0;
+    int64_t bytes = 0;
   };
-  std::vector<Raw> kernels;
+  std::vector<Raw> kernels, raw_copies;
+  std::vector<KernelRecord> copies;
   std::unordered_map<uint32_t, uint64_t> external;  // correlation id -> stage node id
   int64_t dropped = 0;
   std::vector<const StageNode*> nodes_by_id;
@@ -108,7 +128,15 @@ struct KernelRecorder::Impl {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
           I->kernels.push_back({k->name != nullptr ? std::string(k->name) : std::string("?"),
                                 static_cast<int64_t>(k->start), static_cast<int64_t>(k->end), k->streamId,
-                                k->correlationId});
+                                k->correlationId, 0});
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+          const auto* c = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+          I->raw_copies.push_back({"memcpy", static_cast<int64_t>(c->start), static_cast<int64_t>(c->end), c->streamId,
+                                   c->correlationId, static_cast<int64_t>(c->bytes)});
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+          const auto* c = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+          I->raw_copies.push_back({"memset", static_cast<int64_t>(c->start), static_cast<int64_t>(c->end), c->streamId,
+                                   c->correlationId, static_cast<int64_t>(c->bytes)});
         } else if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
           const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
           if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) I->external[e->correlationId] = e->externalId;
@@ -188,8 +216,10 @@ void KernelRecorder::begin_step() {
   {
     std::lock_guard<std::mutex> lock(I.mutex);
     I.kernels.clear();
+    I.raw_copies.clear();
     I.external.clear();
   }
+  I.copies.clear();
   for (CUpti_ActivityKind k : kKinds) I.check(I.api.enable(k), "cuptiActivityEnable");
 }
 
@@ -215,27 +245,34 @@ std::vector<KernelRecord> KernelRecorder::end_step() {
   size_t dropped = 0;
   if (I.api.dropped_records(nullptr, 0, &dropped) == CUPTI_SUCCESS) I.dropped += static_cast<int64_t>(dropped);
   std::lock_guard<std::mutex> lock(I.mutex);
-  std::vector<KernelRecord> out;
-  out.reserve(I.kernels.size());
-  for (Impl::Raw& r : I.kernels) {
+  auto attributed = [&](const Impl::Raw& r, bool kernel) {
     KernelRecord k;
-    k.name = demangled(r.name);
+    k.name = kernel ? demangled(r.name) : r.name;
     k.start_ns = r.start;
     k.end_ns = r.end;
     k.stream = r.stream;
     k.correlation = r.correlation;
+    k.bytes = r.bytes;
     auto it = I.external.find(r.correlation);
     if (it != I.external.end() && it->second < I.nodes_by_id.size()) {
       for (const StageNode* n = I.nodes_by_id[it->second]; n != nullptr && n->parent != nullptr; n = n->parent)
         k.stages.push_back(n->path);
       std::reverse(k.stages.begin(), k.stages.end());
     }
-    out.push_back(std::move(k));
-  }
+    return k;
+  };
+  std::vector<KernelRecord> out;
+  out.reserve(I.kernels.size());
+  for (const Impl::Raw& r : I.kernels) out.push_back(attributed(r, true));
+  I.copies.clear();
+  for (const Impl::Raw& r : I.raw_copies) I.copies.push_back(attributed(r, false));
   I.kernels.clear();
+  I.raw_copies.clear();
   I.external.clear();
   return out;
 }
+
+const std::vector<KernelRecord>& KernelRecorder::copies() const { return impl_->copies; }
 
 int64_t KernelRecorder::dropped() const { return impl_->dropped; }
 
@@ -256,6 +293,10 @@ void KernelRecorder::begin_step() {}
 void KernelRecorder::enter(const StageNode&) {}
 void KernelRecorder::leave() {}
 std::vector<KernelRecord> KernelRecorder::end_step() { return {}; }
+const std::vector<KernelRecord>& KernelRecorder::copies() const {
+  static const std::vector<KernelRecord> none;
+  return none;
+}
 int64_t KernelRecorder::dropped() const { return 0; }
 
 #endif

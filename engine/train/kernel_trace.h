@@ -4,7 +4,7 @@
 // the kernels recorded here.
 //
 // How. KernelRecorder records CUPTI's Activity API (CONCURRENT_KERNEL: name, start, end,
-// stream, correlation id) between a timed step's begin and end only. libcupti is loaded at
+// stream, correlation id; MEMCPY and MEMSET as copies) between a timed step's begin and end only. libcupti is loaded at
 // run time with dlopen, so the trainer has no link dependency on it and runs where it is
 // absent; the recorder is compiled only when cupti.h was found at build time (compiled()).
 // Attribution: at every stage boundary of a timed step the timer pushes (entering) or pops
@@ -30,21 +30,28 @@
 
 namespace lt::train {
 
+// A kernel, or (in a step's copies) a memcpy / memset on the device.
 struct KernelRecord {
-  std::string name;                 // the kernel's name, demangled when possible
+  std::string name;                 // the kernel's name, demangled when possible; "memcpy" / "memset"
   std::vector<std::string> stages;  // paths of the scopes it was launched in, outermost first
   int64_t start_ns = 0, end_ns = 0;
   uint64_t stream = 0;       // CUPTI's stream id
   uint32_t correlation = 0;  // CUPTI's correlation id of the launch
+  int64_t bytes = 0;         // copies: bytes moved or set
 };
 
 // The kernel-trace line of one timed step:
 //   {"kind": "kernel-trace", "version": 1, "step": 0, "train_step": 21, "dropped": 0,
 //    "kernels": [{"name": .., "stage": "fwd/L0/attn/kda", "stages": ["fwd", "fwd/L0/attn/kda"],
-//                 "start_ns": .., "end_ns": .., "stream": .., "correlation": ..}, ...]}
-// "stage" is the innermost scope ("" outside every stage); kernels sorted by start.
+//                 "start_ns": .., "end_ns": .., "stream": .., "correlation": ..}, ...],
+//    "copies": [{"name": "memcpy", "stage": .., "stages": [..], "start_ns": .., "end_ns": .., "stream": ..,
+//                "correlation": .., "bytes": ..}, ...]}
+// "stage" is the innermost scope ("" outside every stage); kernels and copies sorted by start.
+// Copies (memcpy, memset) are not kernels and are not counted as launches; they are listed so
+// that a stage whose event time holds a copy shows it.
 // `step` counts like the timers' (0 = first after warm-up), `train_step` is the loop's step.
-nlohmann::json kernel_trace_line(int64_t step, int64_t train_step, std::vector<KernelRecord> kernels, int64_t dropped);
+nlohmann::json kernel_trace_line(int64_t step, int64_t train_step, std::vector<KernelRecord> kernels, int64_t dropped,
+                                 std::vector<KernelRecord> copies = {});
 
 class KernelRecorder {
  public:
@@ -65,8 +72,10 @@ class KernelRecorder {
   void enter(const StageNode& node);  // pushes the node's id
   void leave();                       // pops it
   // After the device has finished the step: disables the kinds, flushes CUPTI's buffers and
-  // returns the step's kernels (attributed). dropped() counts records CUPTI lost.
+  // returns the step's kernels (attributed); copies() then has its copies. dropped() counts
+  // records CUPTI lost.
   std::vector<KernelRecord> end_step();
+  const std::vector<KernelRecord>& copies() const;
   int64_t dropped() const;
 
  private:

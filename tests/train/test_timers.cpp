@@ -335,7 +335,9 @@ void write_fixture(const std::string& metrics, const std::string& trace) {
       kernel("clip_a", {"optim/clip"}, 2.1, 0.1),
       kernel("clip_b", {"optim/clip"}, 2.2, 0.1),
   };
-  std::ofstream(trace) << train::kernel_trace_line(3, 24, ks, 0).dump() << "\n";
+  train::KernelRecord copy = kernel("memcpy", {"bwd"}, 1.1, 0.05);
+  copy.bytes = 4096;
+  std::ofstream(trace) << train::kernel_trace_line(3, 24, ks, 0, {copy}).dump() << "\n";
 }
 
 struct Command {
@@ -381,7 +383,16 @@ TEST_CASE("kernel trace: the JSON line's schema, kernels sorted by start, the in
   CHECK(second["stages"] == nlohmann::json::array({"fwd", "fwd/kda"}));
   CHECK(second["stream"] == 7);
   CHECK(second["correlation"] == 1000);
+  CHECK(j["copies"].empty());
   CHECK(nlohmann::json::parse(j.dump()) == j);
+  train::KernelRecord copy = kernel("memset", {"data"}, 0.5, 0.01);
+  copy.bytes = 512;
+  const nlohmann::json with_copy = train::kernel_trace_line(2, 23, ks, 0, {copy});
+  REQUIRE(with_copy["copies"].size() == 1);
+  CHECK(with_copy["copies"][0]["name"] == "memset");
+  CHECK(with_copy["copies"][0]["bytes"] == 512);
+  CHECK(with_copy["copies"][0]["stage"] == "data");
+  CHECK_FALSE(with_copy["kernels"][0].contains("bytes"));
   if (!train::KernelRecorder::compiled()) {
     CHECK_THROWS_WITH(train::KernelRecorder(Device::cpu()), Catch::Matchers::Contains("no CUPTI recorder"));
   } else {
@@ -406,15 +417,17 @@ TEST_CASE("scripts/timer_fidelity.py: per-stage verdicts and the step check on a
   CHECK(c.rc == 1);  // two checks fail
   CHECK_THAT(c.out, Catch::Matchers::Contains("verdict: 9 of 11 checks pass over 1 steps (tolerance 2%)"));
   // fwd: 1.000 event, 0.990 kernels (two), span 0.995: within 2 %, counts equal.
-  CHECK_THAT(line_of(c.out, "fwd"), Catch::Matchers::Matches(R"(\s*fwd\s+1\.000\s+0\.990\s+0\.995\s+2\s+2\s+ok\s+ok)"));
+  CHECK_THAT(line_of(c.out, "fwd"),
+             Catch::Matchers::Matches(R"(\s*fwd\s+1\.000\s+0\.990\s+0\.995\s+0\.000\s+2\s+2\s+ok\s+ok)"));
   CHECK_THAT(line_of(c.out, "  fwd/L0/attn/kda"),
-             Catch::Matchers::Matches(R"(\s*fwd/L0/attn/kda\s+0\.500\s+0\.495\s+0\.495\s+1\s+1\s+ok\s+ok)"));
+             Catch::Matchers::Matches(R"(\s*fwd/L0/attn/kda\s+0\.500\s+0\.495\s+0\.495\s+0\.000\s+1\s+1\s+ok\s+ok)"));
   CHECK_THAT(line_of(c.out, "bwd"),
-             Catch::Matchers::Matches(R"(\s*bwd\s+1\.000\s+0\.900\s+0\.900\s+1\s+1\s+\+10\.0%\s+ok)"));
+             Catch::Matchers::Matches(R"(\s*bwd\s+1\.000\s+0\.900\s+0\.900\s+0\.050\s+1\s+1\s+\+10\.0%\s+ok)"));
   CHECK_THAT(line_of(c.out, "optim/clip"),
-             Catch::Matchers::Matches(R"(\s*optim/clip\s+0\.200\s+0\.200\s+0\.200\s+1\s+2\s+ok\s+\+1)"));
+             Catch::Matchers::Matches(R"(\s*optim/clip\s+0\.200\s+0\.200\s+0\.200\s+0\.000\s+1\s+2\s+ok\s+\+1)"));
   CHECK_THAT(c.out, Catch::Matchers::Contains("top-level stages sum 2.200 ms (+0.90% of the step outside stages): ok"));
-  CHECK_THAT(c.out, Catch::Matchers::Contains("kernels sum 2.090 ms"));
+  CHECK_THAT(c.out, Catch::Matchers::Contains(
+                        "kernels sum 2.090 ms (94.1% of the event time), span 2.300 ms; copies 0.050 ms in 1"));
   // A wider tolerance passes bwd's time; the count stays wrong.
   const Command wide = run_command(base + " --tolerance 0.2");
   CHECK(wide.rc == 1);
