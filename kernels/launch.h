@@ -4,15 +4,28 @@
 //
 // Stages nest: a StageScope("intra") inside StageScope("fwd/L0/kda") names the stage
 // "fwd/L0/kda/intra". Launches outside any scope count against "(none)".
-// The atlas is process-wide and thread-safe; counting costs one mutex-free thread-local
-// lookup plus an atomic increment. The timers (engine) build CUDA events on the stage
-// hooks below; the allocator's trace carries the current stage name as its tag.
+// The atlas is process-wide and thread-safe. Each thread keeps a tree of the scopes it has
+// entered (a StageNode per distinct enclosing scope and name, made the first time and kept
+// for the life of the process), so entering a scope is a scan of the current node's few
+// children and a pointer move: no string is built and nothing is allocated after the first
+// time. Counting a launch is an atomic increment of the node's counter. The timers (engine)
+// build CUDA events on the stage hooks below; the allocator's trace carries the current
+// stage name as its tag.
+//
+// Build option LINTRAIN_STAGE_TIMERS (CMake, default ON): OFF compiles the stage hooks out of
+// StageScope (no hook is ever called, stage_hooks_compiled() is false, and the per-stage
+// timers cannot time stages). What stays: the stage path (the allocator's tags use it) and
+// the launch counts (the bench's launches per step use them).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#ifndef LINTRAIN_STAGE_TIMERS
+#define LINTRAIN_STAGE_TIMERS 1
+#endif
 
 namespace lt {
 
@@ -21,8 +34,18 @@ struct StageLaunches {
   int64_t launches = 0;  // kernel launches counted since the last reset
 };
 
-// Current full stage path of this thread ("" outside any scope).
+// One scope of a thread's stage tree. Immutable once made (except for its children, which
+// only the owning thread touches), never freed: a pointer to it stays valid.
+struct StageNode {
+  const StageNode* parent = nullptr;  // the enclosing scope (nullptr for a thread's root)
+  std::string name;                   // as given to StageScope ("" for the root)
+  std::string path;                   // full path ("" for the root)
+  uint32_t id = 0;                    // unique in the process; 0 only for roots
+};
+
+// Current full stage path of this thread ("" outside any scope), and its node.
 const std::string& current_stage();
+const StageNode& current_stage_node();
 
 // RAII scope: pushes `name` onto this thread's stage path; pops on destruction.
 class StageScope {
@@ -33,7 +56,7 @@ class StageScope {
   StageScope& operator=(const StageScope&) = delete;
 
  private:
-  size_t previous_length_;
+  StageNode* previous_;
 };
 
 // Counts one launch against the current stage. Called by LT_LAUNCH; call it yourself
@@ -45,10 +68,18 @@ std::vector<StageLaunches> launch_atlas();
 void reset_launch_atlas();
 int64_t total_launches();
 
-// Hooks called when a stage scope is entered / left (engine's timers record events here).
-// At most one listener; pass nullptr to remove it.
+// Hooks called when a stage scope is entered / left, on the thread that does it (engine's
+// timers record events here). Leaving reports the node being left. At most one hook; a new
+// one replaces the old; pass nullptr to remove it. A hook is a plain function and a context
+// pointer, read without a lock: the context must outlive any scope entered while it is set.
+using StageHook = void (*)(void* context, const StageNode& node, bool entering);
+void set_stage_hook(StageHook hook, void* context);
+// The same with a std::function of the path (convenient for tests and tools; costs a
+// std::function call per boundary).
 using StageListener = std::function<void(const std::string& stage, bool entering)>;
 void set_stage_listener(StageListener listener);
+// False when built with LINTRAIN_STAGE_TIMERS=OFF: hooks are never called.
+constexpr bool stage_hooks_compiled() { return LINTRAIN_STAGE_TIMERS != 0; }
 
 }  // namespace lt
 

@@ -23,8 +23,10 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/instrument.h"
+#include "engine/train/kernel_trace.h"
 #include "engine/train/loop.h"
 #include "engine/train/timers.h"
+#include "kernels/launch.h"
 
 namespace {
 
@@ -43,6 +45,8 @@ Examples:
   trainer eval   --checkpoint runs/quick/step-00000200
   trainer --config configs/night.json --timers step%50     per-stage ms/step table every 50th step
   trainer --config configs/bench-step-kda.json --bench 200 --timers step%50 --bench-out a.json
+  trainer --config configs/bench-step-kda.json --bench 200 --timers step%50 --kernel-trace k.jsonl
+                                                           CUPTI's kernels of the timed steps, per stage
   trainer bench-compare a.json b.json                      per-stage ratios, verdicts beyond the runs' spread
   trainer --config configs/quick.json --alloc-trace runs/alloc.json   allocator trace of the first steps
 
@@ -163,13 +167,17 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
   app.add_flag("--print-config", print_config,
                "print the effective config (file + overrides + defaults) as JSON and exit");
-  std::string timers = "off", timers_trace, bench_out, alloc_trace;
+  std::string timers = "off", timers_trace, kernel_trace, bench_out, alloc_trace;
   int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
   app.add_option("--timers", timers,
                  std::string("per-stage CUDA-event timers (steady clock on the CPU): ") + lt::train::kTimerGrammar +
                      "; steps count from 0, the first after warm-up; e.g. --timers step%50");
   app.add_option("--timers-trace", timers_trace,
                  "write the timed steps as a Chrome / Perfetto trace, e.g. runs/t.json");
+  app.add_option("--kernel-trace", kernel_trace,
+                 "with --timers on CUDA: record the timed steps' kernels with CUPTI (libcupti loaded at run time; "
+                 "$LINTRAIN_CUPTI_LIB names it) and write one JSON line per timed step, each kernel tagged with its "
+                 "stages; compare with scripts/timer_fidelity.py. e.g. --timers step%50 --kernel-trace runs/k.jsonl");
   app.add_option("--bench", bench,
                  "the quiet-card arm: run --bench-warmup steps, then N measured steps (no eval, no checkpoints; "
                  "output in <out>/bench), write the result JSON; e.g. --bench 200 --timers step%50")
@@ -247,6 +255,16 @@ int main(int argc, char** argv) {
     try {
       io.timers = lt::train::TimerSpec::parse(timers);
     } catch (const std::invalid_argument& e) { throw ConfigError(e.what()); }
+    if (io.timers.enabled() && !lt::stage_hooks_compiled())
+      throw ConfigError("--timers " + timers +
+                        ": this build has no stage timers (built with LINTRAIN_STAGE_TIMERS=OFF); use --timers off");
+    if (!kernel_trace.empty()) {
+      if (!io.timers.enabled())
+        throw ConfigError("--kernel-trace '" + kernel_trace + "' records the timed steps: add --timers, e.g. step%50");
+      if (!lt::train::KernelRecorder::compiled())
+        throw ConfigError("--kernel-trace: this build has no CUPTI recorder (cupti.h was not found when it was built)");
+    }
+    io.kernel_trace = kernel_trace;
     lt::train::RunOptions opt;
     opt.resume = resume;
     opt.config_path = config_path;
@@ -267,6 +285,8 @@ int main(int argc, char** argv) {
     io.alloc_trace_steps = alloc_trace_steps;
     io.alloc_snapshot_at = alloc_snapshot_at;
     const lt::Device dev = lt::train::resolve_device(rc.device);
+    if (!kernel_trace.empty() && !dev.is_cuda())
+      throw ConfigError("--kernel-trace records CUDA kernels; this run is on " + dev.str());
     const double tokens_per_step = static_cast<double>(rc.train.batch_size * rc.train.seq_len * rc.train.grad_accum);
     lt::train::Instrumentation instrument(io, dev, tokens_per_step);
     opt.listener = &instrument;

@@ -13,6 +13,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "engine/train/bench.h"
+#include "engine/train/kernel_trace.h"
 #include "kernels/launch.h"
 
 #if LINTRAIN_WITH_CUDA
@@ -46,6 +47,7 @@ struct Instrumentation::Impl {
   double tokens_per_step = 0;
   alloc::CachingAllocator& A;
   StageTimer timer;
+  std::unique_ptr<KernelRecorder> kernels;
   BenchRecorder bench;
   int64_t first_step = -1;  // the run's first step (1-based; > 1 after a resume)
   int64_t mallocs_at_first = -1;
@@ -61,7 +63,14 @@ struct Instrumentation::Impl {
 
   Impl(const InstrumentOptions& o, Device d, double tps)
       : opt(o), device(d), tokens_per_step(tps),
-        A(d.is_cuda() ? alloc::cuda_allocator(d.index) : alloc::host_allocator()), timer(d) {
+        A(d.is_cuda() ? alloc::cuda_allocator(d.index) : alloc::host_allocator()), timer(d, !o.timers_trace.empty()) {
+    if (!opt.kernel_trace.empty()) {
+      kernels = std::make_unique<KernelRecorder>(device);
+      timer.record_kernels(kernels.get());
+      std::ofstream f(opt.kernel_trace, std::ios::trunc);
+      if (!f) throw std::runtime_error("--kernel-trace '" + opt.kernel_trace + "': cannot write the file");
+      spdlog::info("kernel trace: CUPTI from {}; timed steps' kernels go to {}", kernels->library(), opt.kernel_trace);
+    }
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda() && opt.bench_steps > 0) {
       set_device(device);
@@ -132,6 +141,13 @@ void Instrumentation::after_step(const StepStats& stats) {
       std::ofstream(I.opt.metrics_path, std::ios::app) << j.dump() << "\n";
     }
     if (I.bench_timing) I.bench.add_timed(t);
+    if (I.kernels) {
+      std::ofstream f(I.opt.kernel_trace, std::ios::app);
+      f << kernel_trace_line(t.step, stats.step, I.timer.step_kernels(), I.kernels->dropped(), I.kernels->copies())
+               .dump()
+        << "\n";
+      if (!f) throw std::runtime_error("--kernel-trace '" + I.opt.kernel_trace + "': writing failed");
+    }
   }
   if (I.bench_timing) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - I.host_start).count();

@@ -5,7 +5,10 @@
 // Step numbers: the loop's steps are 1-based; the timers count from 0 at the first step
 // after the warm-up (the bench arm's warm-up steps; none otherwise), so `step%50` times the
 // first measured step and every 50th after it.
-// Timed steps: a table in the log and one {"type": "timers", ...} line in metrics.jsonl.
+// Timed steps: a table in the log and one {"type": "timers", ...} line in metrics.jsonl;
+// with kernel_trace set, also one kernel-trace line (engine/train/kernel_trace.h) in that
+// file, from CUPTI (the constructor throws std::runtime_error when it cannot be recorded).
+// The allocator's bytes are sampled at stage boundaries only for --timers-trace.
 // Bench: every measured step's time from a CUDA event pair (steady clock on the CPU); at
 // the end the result JSON (engine/train/bench.h) with the card's state before and after.
 // Allocator: tracing on for the first `alloc_trace_steps` steps of the run, then the
@@ -29,6 +32,7 @@ namespace lt::train {
 struct InstrumentOptions {
   TimerSpec timers;               // --timers
   std::string timers_trace;       // --timers-trace FILE (Chrome / Perfetto JSON)
+  std::string kernel_trace;       // --kernel-trace FILE (JSON lines; "" = off)
   std::string metrics_path;       // timer lines are appended here ("" = none)
   int64_t bench_steps = 0;        // --bench N (0: off)
   int64_t bench_warmup = 10;      // --bench-warmup W

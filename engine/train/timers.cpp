@@ -6,12 +6,12 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "allocator/caching_allocator.h"
+#include "engine/train/kernel_trace.h"
 #include "kernels/launch.h"
 
 #if LINTRAIN_WITH_CUDA
@@ -151,6 +151,7 @@ nlohmann::json StepTiming::to_json() const {
   nlohmann::json arr = nlohmann::json::array();
   for (const StageTime& s : stages)
     arr.push_back({{"stage", s.stage},
+                   {"depth", s.depth},
                    {"calls", s.calls},
                    {"launches", s.launches},
                    {"ms", s.inclusive_ms},
@@ -166,10 +167,10 @@ struct StageTimer::Impl {
   // One stage boundary: which stage, entering or leaving, and when (an event of the pool
   // on CUDA, a steady-clock reading on the CPU), with the allocator's bytes at that point.
   struct Mark {
-    std::string stage;
+    const StageNode* node = nullptr;  // nullptr: the step's start or end
     bool entering = false;
     int event = -1;       // index into `events` (CUDA)
-    int64_t host_ns = 0;  // steady clock (CPU; and the host side of every mark)
+    int64_t host_ns = 0;  // steady clock (every mark on the CPU; the step's start and end on CUDA)
     uintptr_t stream = 0;
     int64_t in_use = 0, reserved = 0;
   };
@@ -186,8 +187,9 @@ struct StageTimer::Impl {
   Device device;
   std::vector<void*> events;  // cudaEvent_t, created in the constructor (more only if a step needs more)
   int next_event = 0;
-  std::mutex mutex;
   std::thread::id owner;
+  KernelRecorder* kernels = nullptr;  // CUPTI kernel activity of the timed steps (optional)
+  std::vector<KernelRecord> step_kernels;
   bool active = false;
   int64_t step = 0;
   int64_t start_ns = 0;
@@ -229,11 +231,15 @@ struct StageTimer::Impl {
     return device.is_cuda() ? alloc::cuda_allocator(device.index) : alloc::host_allocator();
   }
 
-  void mark(const std::string& stage, bool entering) {
-    Mark m;
-    m.stage = stage;
+  // One stage boundary on a timed step: an event record on CUDA, a clock read on the CPU
+  // (and at the step's start on both), the allocator's bytes when sampling; appended to
+  // `marks`, whose capacity stays from step to step. No string is copied: the node holds the
+  // stage's path.
+  void mark(const StageNode* node, bool entering) {
+    Mark& m = marks.emplace_back();
+    m.node = node;
     m.entering = entering;
-    m.host_ns = steady_ns();
+    if (!device.is_cuda() || node == nullptr) m.host_ns = steady_ns();
     if (sample_memory) {
       const alloc::Stats st = allocator().stats();
       m.in_use = st.allocated_bytes.current;
@@ -249,7 +255,22 @@ struct StageTimer::Impl {
                       static_cast<cudaStream_t>(s.handle()));
     }
 #endif
-    marks.push_back(std::move(m));
+  }
+
+  // The stage hook of a timed step (kernels/launch.h): called on the thread that enters or
+  // leaves a scope; stages entered on other threads (a data prefetch thread) are not part of
+  // the step. Only the owner thread touches the marks, so no lock is taken.
+  static void on_stage(void* context, const StageNode& node, bool entering) {
+    Impl& I = *static_cast<Impl*>(context);
+    if (std::this_thread::get_id() != I.owner) return;
+    if (I.kernels != nullptr && !entering) I.kernels->leave();
+    I.mark(&node, entering);
+    if (I.kernels != nullptr && entering) I.kernels->enter(node);
+  }
+
+  static const std::string& path_of(const Mark& m) {
+    static const std::string none;
+    return m.node == nullptr ? none : m.node->path;
   }
 
   // Milliseconds from the step's start mark to `m`.
@@ -269,7 +290,7 @@ struct StageTimer::Impl {
 StageTimer::StageTimer(Device device, bool sample_memory) : impl_(std::make_unique<Impl>(device, sample_memory)) {}
 
 StageTimer::~StageTimer() {
-  if (impl_ && impl_->active) set_stage_listener(nullptr);
+  if (impl_ && impl_->active) set_stage_hook(nullptr, nullptr);
 }
 
 bool StageTimer::active() const { return impl_->active; }
@@ -281,33 +302,37 @@ void StageTimer::begin_step(int64_t step) {
   I.step = step;
   I.owner = std::this_thread::get_id();
   I.marks.clear();
+  if (I.marks.capacity() < 1024) I.marks.reserve(1024);
   I.next_event = 0;
+  I.step_kernels.clear();
   I.atlas_before.clear();
   for (const StageLaunches& s : launch_atlas()) I.atlas_before[s.stage] = s.launches;
-  I.mark("", true);
+  if (I.kernels != nullptr) I.kernels->begin_step();
+  I.mark(nullptr, true);
   I.start_event = I.marks.back().event;
   I.start_ns = I.marks.back().host_ns;
   if (I.trace_origin_ns < 0) I.trace_origin_ns = I.start_ns;
-  Impl* raw = &I;
-  set_stage_listener([raw](const std::string& stage, bool entering) {
-    // Stages entered on other threads (a data prefetch thread) are not part of the step.
-    if (std::this_thread::get_id() != raw->owner) return;
-    std::lock_guard<std::mutex> lock(raw->mutex);
-    // Leaving reports the path being left; entering reports the new path.
-    raw->mark(stage, entering);
-  });
+  set_stage_hook(&Impl::on_stage, &I);
 }
+
+void StageTimer::record_kernels(KernelRecorder* recorder) {
+  if (impl_->active) throw std::logic_error("StageTimer::record_kernels: a step is open");
+  impl_->kernels = recorder;
+}
+
+const std::vector<KernelRecord>& StageTimer::step_kernels() const { return impl_->step_kernels; }
 
 StepTiming StageTimer::end_step() {
   Impl& I = *impl_;
   if (!I.active) throw std::logic_error("StageTimer::end_step without begin_step");
-  set_stage_listener(nullptr);
-  I.mark("", false);
+  set_stage_hook(nullptr, nullptr);
+  I.mark(nullptr, false);
   I.active = false;
 #if LINTRAIN_WITH_CUDA
   if (I.device.is_cuda())
     cudaEventSynchronize(static_cast<cudaEvent_t>(I.events[static_cast<size_t>(I.marks.back().event)]));
 #endif
+  if (I.kernels != nullptr) I.step_kernels = I.kernels->end_step();
   StepTiming t;
   t.step = I.step;
   t.step_ms = I.ms_of(I.marks.back());
@@ -329,18 +354,19 @@ StepTiming StageTimer::end_step() {
     const Impl::Mark& m = I.marks[i];
     const double at = I.ms_of(m);
     if (I.sample_memory) I.samples.push_back({step_base_us + at * 1e3, m.in_use, m.reserved});
+    const std::string& stage = Impl::path_of(m);
     if (m.entering) {
-      if (!agg.count(m.stage)) agg[m.stage].parent = stack.empty() ? std::string() : stack.back().first;
-      stack.emplace_back(m.stage, at);
-    } else if (!stack.empty() && stack.back().first == m.stage) {
+      if (!agg.count(stage)) agg[stage].parent = stack.empty() ? std::string() : stack.back().first;
+      stack.emplace_back(stage, at);
+    } else if (!stack.empty() && stack.back().first == stage) {
       const double begin = stack.back().second;
       stack.pop_back();
-      Agg& a = agg[m.stage];
+      Agg& a = agg[stage];
       a.calls += 1;
       a.inclusive += at - begin;
       if (stack.empty()) top_ms += at - begin;
       else children_ms[stack.back().first] += at - begin;
-      I.slices.push_back({m.stage, m.stream, step_base_us + begin * 1e3, (at - begin) * 1e3});
+      I.slices.push_back({stage, m.stream, step_base_us + begin * 1e3, (at - begin) * 1e3});
     }
   }
 

@@ -18,8 +18,16 @@
 // the durations of its scopes in the step (a stage entered once per micro-batch adds up),
 // its self time the inclusive time less its children's, its share the inclusive time over
 // the step's. Launches per stage come from the launch atlas, counted over the step.
-// Untimed steps pay nothing: no listener is installed, so a stage scope costs one relaxed
-// atomic load, and no event is recorded.
+// Untimed steps pay nothing: no hook is installed, so a stage scope costs one atomic load
+// beyond its own bookkeeping, and no event is recorded. A timed step's boundary costs a clock
+// read, a cudaEventRecord and an append to a vector whose capacity stays from step to step:
+// no lock, no string, no map lookup (stages are interned as the atlas's StageNodes, whose
+// paths are only read at end_step). Memory samples (a lock and a copy of the allocator's
+// stats) are taken only when the constructor asks for them.
+// With a KernelRecorder attached (record_kernels; engine/train/kernel_trace.h) a timed step
+// also records CUPTI's kernel activity, each kernel tagged with the stages it ran inside.
+// Built with LINTRAIN_STAGE_TIMERS=OFF (kernels/launch.h) no stage is ever reported: a timed
+// step has its total time and launches only.
 // The step's time is from begin_step's event to end_step's; work outside every stage in
 // between shows as the row "(outside stages)".
 #pragma once
@@ -33,6 +41,9 @@
 #include "engine/device.h"
 
 namespace lt::train {
+
+class KernelRecorder;
+struct KernelRecord;
 
 // The --timers grammar: off | all | step%N | step=N | step=A..B  (N >= 1 for step%N;
 // A <= B; steps count from 0, the first step after warm-up).
@@ -69,7 +80,8 @@ struct StepTiming {
   // The table: stage tree, calls, launches, inclusive ms, self ms, share of the step.
   std::string table() const;
   // One metrics line: {"kind": "timers", "step": .., "step_ms": .., "fwd_ms": ..,
-  // "stages": [{"stage": .., "launches": .., "ms": .., "self_ms": ..}, ...]}.
+  // "stages": [{"stage": .., "depth": .., "calls": .., "launches": .., "ms": .., "self_ms": ..,
+  // "share": ..}, ...]}; depth 0 = a scope entered outside every other.
   nlohmann::json to_json() const;
 };
 
@@ -85,6 +97,12 @@ class StageTimer {
   void begin_step(int64_t step);
   StepTiming end_step();
   bool active() const;
+
+  // Records the kernels of every timed step with `recorder` (nullptr: stop); not while a
+  // step is open. The recorder must outlive the timer's use of it.
+  void record_kernels(KernelRecorder* recorder);
+  // The kernels of the last timed step (empty without a recorder).
+  const std::vector<KernelRecord>& step_kernels() const;
 
   // Chrome / Perfetto trace of every timed step so far: the stages as complete ("X")
   // slices on a track per stream, each step's launches as a counter, and the caching

@@ -60,6 +60,10 @@ TEST_CASE("launches are counted against the current stage and reset", "[launch]"
 }
 
 TEST_CASE("the stage listener sees enter and leave in order", "[launch]") {
+  if (!lt::stage_hooks_compiled()) {
+    WARN("skipped: built with LINTRAIN_STAGE_TIMERS=OFF (no stage hooks)");
+    return;
+  }
   std::vector<std::pair<std::string, bool>> events;
   lt::set_stage_listener([&](const std::string& s, bool entering) { events.emplace_back(s, entering); });
   {
@@ -87,4 +91,50 @@ TEST_CASE("stages are per thread and counts from threads add up", "[launch]") {
   CHECK(launches_of("even") == 2000);
   CHECK(lt::current_stage().empty());
   lt::reset_launch_atlas();
+}
+
+TEST_CASE("a scope entered again is the same node; the hook sees nodes with their parents", "[launch]") {
+  const lt::StageNode* first = nullptr;
+  for (int i = 0; i < 2; ++i) {
+    lt::StageScope a("fwd");
+    lt::StageScope b("L0");
+    if (i == 0) first = &lt::current_stage_node();
+    else CHECK(&lt::current_stage_node() == first);
+  }
+  REQUIRE(first != nullptr);
+  CHECK(first->path == "fwd/L0");
+  CHECK(first->name == "L0");
+  REQUIRE(first->parent != nullptr);
+  CHECK(first->parent->path == "fwd");
+  CHECK(first->id != first->parent->id);
+  CHECK(first->id != 0);
+  {
+    lt::StageScope c("optim");  // the same path reached through different scopes: distinct nodes
+    lt::StageScope d("clip");
+    lt::StageScope x("fwd/L0");
+    CHECK(lt::current_stage() == "optim/clip/fwd/L0");
+    CHECK(&lt::current_stage_node() != first);
+  }
+  if (!lt::stage_hooks_compiled()) {
+    WARN("skipped the hook part: built with LINTRAIN_STAGE_TIMERS=OFF (no stage hooks)");
+    return;
+  }
+  struct Seen {
+    std::vector<std::pair<const lt::StageNode*, bool>> events;
+  } seen;
+  lt::set_stage_hook([](void* ctx, const lt::StageNode& n,
+                        bool entering) { static_cast<Seen*>(ctx)->events.emplace_back(&n, entering); },
+                     &seen);
+  {
+    lt::StageScope a("fwd");
+    lt::StageScope b("L0");
+  }
+  lt::set_stage_hook(nullptr, nullptr);
+  { lt::StageScope a("fwd"); }  // removed: not seen
+  REQUIRE(seen.events.size() == 4);
+  CHECK(seen.events[1].first == first);
+  CHECK(seen.events[1].second);
+  CHECK(seen.events[2].first == first);
+  CHECK_FALSE(seen.events[2].second);
+  CHECK(seen.events[3].first == first->parent);
 }

@@ -1,6 +1,7 @@
 // The trainer's measurement flags end to end on the CPU: --timers (table in the log, one
 // "timers" line per timed step in metrics.jsonl, at the right steps), --timers-trace, the
-// bench arm and bench-compare, --alloc-trace at the right steps, and a bad --timers spec.
+// bench arm and bench-compare, --alloc-trace at the right steps, a bad --timers spec, and
+// --kernel-trace's refusals where it cannot record (no --timers; the CPU; no CUPTI in the build).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/launch.h"
 #include "tests/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
@@ -48,6 +50,12 @@ TEST_CASE("trainer --timers step%2: timer lines at steps 0, 2, 4 with the model'
   write_text(cfg, tiny(out, 5));
   auto r = run_trainer({"--config", cfg, "--timers", "step%2", "--timers-trace", trace}, tmp.path.string());
   INFO(r.err);
+  if (!lt::stage_hooks_compiled()) {
+    WARN("built with LINTRAIN_STAGE_TIMERS=OFF: checking that --timers is refused instead");
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("LINTRAIN_STAGE_TIMERS=OFF") != std::string::npos);
+    return;
+  }
   REQUIRE(r.rc == 0);
   const auto t = records(out + "/metrics.jsonl", "timers");
   REQUIRE(t.size() == 3);
@@ -77,10 +85,12 @@ TEST_CASE("trainer --bench: warm-up excluded, the result JSON, bench-compare of 
   const std::string out = tmp / "run", cfg = tmp / "c.json";
   write_text(cfg, tiny(out, 100));
   const std::string a = tmp / "a.json", b = tmp / "b.json";
+  const bool stages = lt::stage_hooks_compiled();
+  if (!stages) WARN("built with LINTRAIN_STAGE_TIMERS=OFF: the bench runs without --timers, no stage rows");
   for (const auto& path : {a, b}) {
-    auto r =
-        run_trainer({"--config", cfg, "--bench", "4", "--bench-warmup", "2", "--timers", "step%2", "--bench-out", path},
-                    tmp.path.string());
+    auto r = run_trainer({"--config", cfg, "--bench", "4", "--bench-warmup", "2", "--timers", stages ? "step%2" : "off",
+                          "--bench-out", path},
+                         tmp.path.string());
     INFO(r.err);
     REQUIRE(r.rc == 0);
   }
@@ -89,8 +99,10 @@ TEST_CASE("trainer --bench: warm-up excluded, the result JSON, bench-compare of 
   CHECK(j["steps"] == 4);
   CHECK(j["warmup_steps"] == 2);
   CHECK(j["ms_per_step"]["n"] == 4);
-  CHECK(j["fwd_ms"]["n"] == 2);  // measured steps 0 and 2
-  CHECK(j["stages"].contains("fwd/L0/attn/kda"));
+  if (stages) {
+    CHECK(j["fwd_ms"]["n"] == 2);  // measured steps 0 and 2
+    CHECK(j["stages"].contains("fwd/L0/attn/kda"));
+  }
   CHECK(j["memory"]["device_mallocs_after_step1"] == 0);
   CHECK(j["tokens_per_s"].get<double>() > 0.0);
   // 2 + 4 steps ran, nothing was checkpointed, and the run's own folder was not touched.
@@ -100,7 +112,7 @@ TEST_CASE("trainer --bench: warm-up excluded, the result JSON, bench-compare of 
   INFO(cmp.err);
   REQUIRE(cmp.rc == 0);
   CHECK(cmp.out.find("B/A") != std::string::npos);
-  CHECK(cmp.out.find("fwd/L0/attn/kda") != std::string::npos);
+  if (stages) CHECK(cmp.out.find("fwd/L0/attn/kda") != std::string::npos);
   write_text(tmp / "not_bench.json", "{\"x\": 1}");
   auto bad = run_trainer({"bench-compare", a, tmp / "not_bench.json"}, tmp.path.string(), "bad");
   CHECK(bad.rc == 2);
@@ -142,4 +154,27 @@ TEST_CASE("trainer: a bad --timers spec exits 2 showing the grammar and writes n
   CHECK(r.rc == 2);
   CHECK(r.err.find("off | all | step%N | step=N | step=A..B") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("trainer --kernel-trace: refused without --timers, and on the CPU or without CUPTI, naming why",
+          "[trainer][timers]") {
+  TempDir tmp;
+  const std::string out = tmp / "run", cfg = tmp / "c.json", k = tmp / "k.jsonl";
+  write_text(cfg, tiny(out, 2));
+  auto r = run_trainer({"--config", cfg, "--kernel-trace", k}, tmp.path.string(), "no_timers");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("--kernel-trace '" + k + "' records the timed steps: add --timers") != std::string::npos);
+  if (!lt::stage_hooks_compiled()) {
+    WARN("built with LINTRAIN_STAGE_TIMERS=OFF: --timers itself is refused");
+    return;
+  }
+  auto cpu = run_trainer({"--config", cfg, "--timers", "all", "--kernel-trace", k}, tmp.path.string(), "cpu");
+  INFO(cpu.err);
+  CHECK(cpu.rc == 2);
+  // A build without cupti.h says so first; one with it refuses the CPU run.
+  const bool no_cupti = cpu.err.find("this build has no CUPTI recorder") != std::string::npos;
+  const bool on_cpu = cpu.err.find("--kernel-trace records CUDA kernels; this run is on cpu") != std::string::npos;
+  CHECK((no_cupti || on_cpu));
+  CHECK_FALSE(fs::exists(out));
+  CHECK_FALSE(fs::exists(k));
 }
