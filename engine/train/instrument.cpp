@@ -53,12 +53,18 @@ struct Instrumentation::Impl {
   int64_t mallocs_at_first = -1;
   bool tracing = false;
   bool bench_timing = false;
+  int64_t bench_index = -1;    // the measured step now open (0-based)
+  int64_t bench_recorded = 0;  // measured steps whose boundary events were recorded
   int64_t launches_before = 0;
   int64_t bench_launches = 0;
   nlohmann::json card_before;
   std::chrono::steady_clock::time_point host_start;
 #if LINTRAIN_WITH_CUDA
-  cudaEvent_t ev_start = nullptr, ev_end = nullptr;
+  // The measured steps' boundaries: events 2k and 2k + 1 open and close measured step k.
+  // They are recorded without waiting and read once, in finish(), so measuring a step does
+  // not empty the stream's queue (the host keeps running ahead of the GPU as in an
+  // unmeasured run).
+  std::vector<cudaEvent_t> bench_events;
 #endif
 
   Impl(const InstrumentOptions& o, Device d, double tps)
@@ -74,16 +80,16 @@ struct Instrumentation::Impl {
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda() && opt.bench_steps > 0) {
       set_device(device);
-      cudaEventCreate(&ev_start);
-      cudaEventCreate(&ev_end);
+      bench_events.resize(static_cast<size_t>(2 * opt.bench_steps), nullptr);
+      for (cudaEvent_t& e : bench_events) cudaEventCreate(&e);
     }
 #endif
     if (opt.bench_steps > 0) card_before = card_state(device);
   }
   ~Impl() {
 #if LINTRAIN_WITH_CUDA
-    if (ev_start) cudaEventDestroy(ev_start);
-    if (ev_end) cudaEventDestroy(ev_end);
+    for (cudaEvent_t e : bench_events)
+      if (e) cudaEventDestroy(e);
 #endif
   }
 
@@ -119,9 +125,12 @@ void Instrumentation::before_step(int64_t step) {
   const int64_t k = I.measured_index(step);
   if (I.opt.bench_steps > 0 && k >= 0 && k < I.opt.bench_steps) {
     I.bench_timing = true;
+    I.bench_index = k;
     I.launches_before = total_launches();
 #if LINTRAIN_WITH_CUDA
-    if (I.device.is_cuda()) cudaEventRecord(I.ev_start, static_cast<cudaStream_t>(current_stream(I.device).handle()));
+    if (I.device.is_cuda())
+      cudaEventRecord(I.bench_events[static_cast<size_t>(2 * k)],
+                      static_cast<cudaStream_t>(current_stream(I.device).handle()));
 #endif
     I.host_start = std::chrono::steady_clock::now();
   }
@@ -130,6 +139,22 @@ void Instrumentation::before_step(int64_t step) {
 
 void Instrumentation::after_step(const StepStats& stats) {
   Impl& I = *impl_;
+  // The bench's end of step first: the timer's table below is host work between steps.
+  const bool measured = I.bench_timing;
+  if (measured) {
+#if LINTRAIN_WITH_CUDA
+    if (I.device.is_cuda()) {
+      cudaEventRecord(I.bench_events[static_cast<size_t>(2 * I.bench_index + 1)],
+                      static_cast<cudaStream_t>(current_stream(I.device).handle()));
+      I.bench_recorded = I.bench_index + 1;
+    }
+#endif
+    if (!I.device.is_cuda())
+      I.bench.add_step(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - I.host_start).count());
+    I.bench_launches = total_launches() - I.launches_before;
+    I.bench_timing = false;
+  }
   if (I.timer.active()) {
     const StepTiming t = I.timer.end_step();
     spdlog::info("step {}:\n{}", stats.step, t.table());
@@ -140,7 +165,7 @@ void Instrumentation::after_step(const StepStats& stats) {
       j["train_step"] = stats.step;
       std::ofstream(I.opt.metrics_path, std::ios::app) << j.dump() << "\n";
     }
-    if (I.bench_timing) I.bench.add_timed(t);
+    if (measured) I.bench.add_timed(t);
     if (I.kernels) {
       std::ofstream f(I.opt.kernel_trace, std::ios::app);
       f << kernel_trace_line(t.step, stats.step, I.timer.step_kernels(), I.kernels->dropped(), I.kernels->copies())
@@ -148,21 +173,6 @@ void Instrumentation::after_step(const StepStats& stats) {
         << "\n";
       if (!f) throw std::runtime_error("--kernel-trace '" + I.opt.kernel_trace + "': writing failed");
     }
-  }
-  if (I.bench_timing) {
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - I.host_start).count();
-#if LINTRAIN_WITH_CUDA
-    if (I.device.is_cuda()) {
-      float ev_ms = 0.0f;
-      cudaEventRecord(I.ev_end, static_cast<cudaStream_t>(current_stream(I.device).handle()));
-      cudaEventSynchronize(I.ev_end);
-      cudaEventElapsedTime(&ev_ms, I.ev_start, I.ev_end);
-      ms = ev_ms;
-    }
-#endif
-    I.bench.add_step(ms);
-    I.bench_launches = total_launches() - I.launches_before;
-    I.bench_timing = false;
   }
   if (stats.step == I.first_step) {
     synchronize(I.device);
@@ -189,6 +199,15 @@ void Instrumentation::after_step(const StepStats& stats) {
 nlohmann::json Instrumentation::finish() {
   Impl& I = *impl_;
   synchronize(I.device);
+#if LINTRAIN_WITH_CUDA
+  for (int64_t k = 0; k < I.bench_recorded; ++k) {
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, I.bench_events[static_cast<size_t>(2 * k)],
+                         I.bench_events[static_cast<size_t>(2 * k + 1)]);
+    I.bench.add_step(ms);
+  }
+  I.bench_recorded = 0;
+#endif
   if (I.tracing) {
     I.dump_alloc_trace();
     I.A.set_trace(false);

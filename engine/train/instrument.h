@@ -9,8 +9,10 @@
 // with kernel_trace set, also one kernel-trace line (engine/train/kernel_trace.h) in that
 // file, from CUPTI (the constructor throws std::runtime_error when it cannot be recorded).
 // The allocator's bytes are sampled at stage boundaries only for --timers-trace.
-// Bench: every measured step's time from a CUDA event pair (steady clock on the CPU); at
-// the end the result JSON (engine/train/bench.h) with the card's state before and after.
+// Bench: every measured step's time from a CUDA event pair recorded at its boundaries
+// (steady clock on the CPU); the events are read at the end, not per step, so measuring
+// leaves the host free to run ahead of the GPU; a timed step's end is recorded before its
+// table is built, so the table's host work is not part of the step. At the end the result JSON (engine/train/bench.h) with the card's state before and after.
 // Allocator: tracing on for the first `alloc_trace_steps` steps of the run, then the
 // PyTorch-schema snapshot (FILE, FILE with .pickle) and the Chrome trace (FILE with
 // .trace.json) are written; an out-of-memory error while tracing writes the snapshot too.
