@@ -21,7 +21,6 @@
 // bf16 shadow, so its logits are the fp32 model's; in the tf32 mode the GEMMs use TF32 as
 // the forward's do. Logits are [B, V] f32 (f64 for an f64 model), the forward's
 // next_token_logits at the same position up to the chunked mixer's rounding.
-// prefill runs decode_step over the prompt's positions (exact; O(T) launches for T tokens).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -53,6 +52,8 @@ class DecodeState {
 
  private:
   friend Tensor decode_step(Model& m, DecodeState& st, const Tensor& tokens);
+  friend Tensor prefill(Model& m, DecodeState& st, const Tensor& tokens);
+  static Tensor advance(Model& m, DecodeState& st, const Tensor& tokens, const char* op);
   const Model* model_;
   int64_t batch_;
   int64_t position_ = 0;
@@ -64,7 +65,11 @@ class DecodeState {
 // Advances every sequence by one token. tokens: [B] i32 / i64 on the model's device.
 // Returns the next-token logits [B, V].
 Tensor decode_step(Model& m, DecodeState& st, const Tensor& tokens);
-// decode_step over tokens [B, T] (T >= 1) in order; returns the logits after the last.
+// Advances every sequence by T tokens at once, tokens [B, T] (T >= 1): the blocks over all
+// T positions with the chunked mixers (the forward's "auto" path) started from the state
+// and returning their final states; the logits after the last position [B, V]. The same
+// logits and state as T decode_steps, up to the chunked form's rounding; O(T) work in
+// O(T / chunk) mixer launches. Works from any state (a prompt in pieces).
 Tensor prefill(Model& m, DecodeState& st, const Tensor& tokens);
 
 }  // namespace lt::model

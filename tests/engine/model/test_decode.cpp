@@ -1,6 +1,7 @@
 // Recurrent decoding (engine/model/decode.h) on the CPU: the logits of decode_step at every
 // position against the full forward's next-token logits over the prefix (float64 and
-// float32), prefill and reset, and sample_tokens against a rollout of the full forward.
+// float32), the chunked prefill from fresh and non-fresh states, reset, and sample_tokens
+// against a rollout of the full forward.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -139,26 +140,46 @@ TEST_CASE("decode: RWKV6 decode_step logits equal the full forward's at every po
   CHECK(e32 < 1e-5);
 }
 
-TEST_CASE("decode: prefill equals stepping, reset restarts, bad inputs throw", "[model][decode]") {
+TEST_CASE("decode: chunked prefill in pieces, then decode_step, follows the forward; reset; bad inputs",
+          "[model][decode]") {
   for (Arch arch : {Arch::kda, Arch::rwkv6}) {
     INFO(arch_name(arch));
     const ModelConfig c = decode_config(arch);
     Model m(c, Device::cpu(), DType::f64);
     init_perturbed(m, 3);
-    const int64_t B = 2, T = 6;
+    const int64_t B = 2, T = 24;
     const Tensor tokens = random_ids(B, T, c.vocab_size, 5);
+    auto forward_at = [&](int64_t t) { return m.next_token_logits(tokens.narrow(1, 0, t).contiguous()); };
     DecodeState st(m, B);
-    const Tensor pre = prefill(m, st, tokens);
-    CHECK(st.position() == T);
-    const Tensor full = m.next_token_logits(tokens);
-    CHECK(lt::ops::max_rel_diff(pre, full) < 1e-10);
-    // The rows are independent: row 1 alone gives the batch's row 1.
+    // 5 tokens (less than a chunk of 8) from the fresh state, then 11 from there (across a
+    // chunk boundary: the mixers start from h0, the convs and shifts from the state).
+    const Tensor p1 = prefill(m, st, tokens.narrow(1, 0, 5));
+    CHECK(lt::ops::max_rel_diff(p1, forward_at(5)) < 1e-10);
+    const Tensor p2 = prefill(m, st, tokens.narrow(1, 5, 11));
+    CHECK(st.position() == 16);
+    CHECK(lt::ops::max_rel_diff(p2, forward_at(16)) < 1e-10);
+    // The same state as 16 single steps.
+    DecodeState stepped(m, B);
+    for (int64_t t = 0; t < 16; ++t) decode_step(m, stepped, tokens.select(1, t).contiguous());
+    for (size_t l = 0; l < st.layers.size(); ++l) {
+      CHECK(lt::ops::max_rel_diff(st.layers[l].S, stepped.layers[l].S) < 1e-10);
+      if (arch == Arch::kda) {
+        CHECK(lt::ops::max_rel_diff(st.layers[l].conv_v, stepped.layers[l].conv_v) < 1e-10);
+      } else {
+        CHECK(lt::ops::max_rel_diff(st.layers[l].shift_ffn, stepped.layers[l].shift_ffn) < 1e-10);
+      }
+    }
+    for (int64_t t = 16; t < T; ++t) {
+      const Tensor step = decode_step(m, st, tokens.select(1, t).contiguous());
+      CHECK(lt::ops::max_rel_diff(step, forward_at(t + 1)) < 1e-10);
+    }
+    // Rows are independent: row 1 alone gives the batch's row 1.
     DecodeState one(m, 1);
-    const Tensor pre1 = prefill(m, one, tokens.narrow(0, 1, 1).contiguous());
-    CHECK(lt::ops::max_abs_diff(pre1, pre.narrow(0, 1, 1)) == 0.0);
+    CHECK(lt::ops::max_rel_diff(prefill(m, one, tokens.narrow(0, 1, 1).contiguous()), forward_at(T).narrow(0, 1, 1)) <
+          1e-10);
     st.reset();
     CHECK(st.position() == 0);
-    CHECK(lt::ops::max_abs_diff(prefill(m, st, tokens), pre) == 0.0);
+    CHECK(lt::ops::max_abs_diff(prefill(m, st, tokens.narrow(1, 0, 5)), p1) == 0.0);
     CHECK_THROWS_WITH(decode_step(m, st, Tensor::zeros({3}, DType::i32)),
                       Catch::Contains("decode_step: tokens must be [2]"));
     CHECK_THROWS_WITH(prefill(m, st, Tensor::zeros({2, 0}, DType::i32)), Catch::Contains("prefill: tokens must be"));
