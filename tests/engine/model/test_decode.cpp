@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "engine/model/decode.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
@@ -203,5 +204,40 @@ TEST_CASE("decode: sample_tokens gives the full-forward rollout's tokens (greedy
     CHECK(sampled == reference_sample(m, prompt, n, 0.8, 40, 123));
     // Not a constant sequence: the test compares something.
     CHECK(std::count(sampled.begin(), sampled.end(), sampled.front()) < n);
+  }
+}
+
+TEST_CASE("decode: a CPU step's allocations and live bytes are the same at position 1 and at position 50",
+          "[model][decode]") {
+  // The CPU backend counts no kernel launches; the host caching allocator's counters show
+  // the same: a step allocates the same tensors whatever the position, and the state does
+  // not grow. (The launch count itself: tests/engine/model/decode_cuda.cpp.)
+  lt::alloc::CachingAllocator& host = lt::alloc::host_allocator();
+  for (Arch arch : {Arch::kda, Arch::rwkv6}) {
+    INFO(arch_name(arch));
+    const ModelConfig c = decode_config(arch);
+    Model m(c, Device::cpu(), DType::f32);
+    init_perturbed(m, 4);
+    const Tensor tokens = random_ids(1, 51, c.vocab_size, 6);
+    DecodeState st(m, 1);
+    struct Cost {
+      int64_t allocations = 0, live_bytes = 0, mallocs = 0;
+    };
+    auto step_cost = [&](int64_t t) {
+      const Tensor tok = tokens.select(1, t).contiguous();
+      const lt::alloc::Stats before = host.stats();
+      const Tensor logits = decode_step(m, st, tok);
+      const lt::alloc::Stats after = host.stats();
+      return Cost{after.allocation.allocated - before.allocation.allocated, after.requested_bytes.current,
+                  after.num_device_alloc};
+    };
+    step_cost(0);
+    const Cost at1 = step_cost(1);
+    for (int64_t t = 2; t < 50; ++t) decode_step(m, st, tokens.select(1, t).contiguous());
+    const Cost at50 = step_cost(50);
+    CHECK(at1.allocations > 0);
+    CHECK(at1.allocations == at50.allocations);
+    CHECK(at1.live_bytes == at50.live_bytes);
+    CHECK(at1.mallocs == at50.mallocs);
   }
 }
