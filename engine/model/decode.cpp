@@ -1,6 +1,7 @@
-// Recurrent decoding (engine/model/decode.h): one token per step through every layer, the
-// mixers by their recurrences. Each step runs the same fixed list of ops whatever the
-// position: the launches per token are a constant (about 60 per layer).
+// Recurrent decoding (engine/model/decode.h): the blocks continued from a per-layer state,
+// one token per decode_step (the mixers by their recurrences) or T tokens per prefill (the
+// chunked mixers from h0). A decode step runs the same fixed list of ops whatever the
+// position, so its launches per token are a constant.
 #include "engine/model/decode.h"
 
 #include <cmath>
@@ -97,16 +98,16 @@ Tensor kda_block_step(const ModelConfig& cfg, const ParamMap& w, LayerDecodeStat
   {
     StageScope stage("attn");
     const Tensor xn = nn::rms_norm_forward(x, at(w, "attn_norm.weight"), eps).y;  // [B, T, d]
-    const Tensor q = conv_step(nn::linear_forward(xn, at(w, "attn.q_proj.weight")), at(w, "attn.q_conv1d.weight"),
-                               st.conv_q);  // [B, T, H*K]
-    const Tensor k =
-        conv_step(nn::linear_forward(xn, at(w, "attn.k_proj.weight")), at(w, "attn.k_conv1d.weight"), st.conv_k);
-    const Tensor v =
-        conv_step(nn::linear_forward(xn, at(w, "attn.v_proj.weight")), at(w, "attn.v_conv1d.weight"), st.conv_v);
-    const Tensor f = nn::linear_forward(nn::linear_forward(xn, at(w, "attn.f_proj.0.weight")),
-                                        at(w, "attn.f_proj.1.weight"));    // [B, T, H*K]
-    const Tensor b = nn::linear_forward(xn, at(w, "attn.b_proj.weight"));  // [B, T, H]
-    Tensor o;                                                              // [B, T, H, K]
+    Tensor q, k, v, f, b;                                                         // [B, T, H*K] (b: [B, T, H])
+    {
+      StageScope proj("proj");
+      q = conv_step(nn::linear_forward(xn, at(w, "attn.q_proj.weight")), at(w, "attn.q_conv1d.weight"), st.conv_q);
+      k = conv_step(nn::linear_forward(xn, at(w, "attn.k_proj.weight")), at(w, "attn.k_conv1d.weight"), st.conv_k);
+      v = conv_step(nn::linear_forward(xn, at(w, "attn.v_proj.weight")), at(w, "attn.v_conv1d.weight"), st.conv_v);
+      f = nn::linear_forward(nn::linear_forward(xn, at(w, "attn.f_proj.0.weight")), at(w, "attn.f_proj.1.weight"));
+      b = nn::linear_forward(xn, at(w, "attn.b_proj.weight"));
+    }
+    Tensor o;  // [B, T, H, K]
     if (T > 1) {
       StageScope mixer("kda");
       mixers::KdaInputs in;
@@ -174,7 +175,7 @@ Tensor rwkv6_block_step(const ModelConfig& cfg, int layer, const ParamMap& w, La
         layer == 0 ? nn::layer_norm_forward(x, at(w, "pre_norm.weight"), at(w, "pre_norm.bias"), eps).y : x;
     const Tensor a = nn::layer_norm_forward(r, at(w, "attn_norm.weight"), at(w, "attn_norm.bias"), eps).y;
     const Tensor delta = shift_step(a, st.shift_attn);  // [B, T, d]
-    Tensor rr, kk, vv, lw, gg;
+    Tensor rr, kk, vv, logw, gg;                        // [B, T, H*K] (gg: [B, T, d])
     {
       StageScope proj("proj");
       const Tensor xx = a + delta * at(w, "attn.x_proj.0.mu");
@@ -186,13 +187,13 @@ Tensor rwkv6_block_step(const ModelConfig& cfg, int layer, const ParamMap& w, La
       Tensor xl[kLerps];
       for (int i = 0; i < kLerps; ++i) xl[i] = a + delta * m.select(2, i);
       rr = nn::linear_forward(xl[0], at(w, "attn.r_proj.linear.weight"));  // [B, T, H*K]
-      lw = ops::tanh(nn::linear_forward(xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
+      const Tensor lw = ops::tanh(nn::linear_forward(xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
+      logw = ops::neg(ops::exp(
+          nn::linear_forward(lw, at(w, "attn.w_proj.linear.lora.2.weight"), at(w, "attn.w_proj.linear.lora.2.bias"))));
       kk = nn::linear_forward(xl[2], at(w, "attn.k_proj.linear.weight"));
       vv = nn::linear_forward(xl[3], at(w, "attn.v_proj.linear.weight"));
       gg = nn::linear_forward(xl[4], at(w, "attn.g_proj.linear.weight"));  // [B, T, d]
     }
-    const Tensor logw = ops::neg(ops::exp(
-        nn::linear_forward(lw, at(w, "attn.w_proj.linear.lora.2.weight"), at(w, "attn.w_proj.linear.lora.2.bias"))));
     Tensor o;  // [B, T, H, K]
     if (T > 1) {
       StageScope mixer("rwkv6");
