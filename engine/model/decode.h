@@ -14,7 +14,7 @@
 // A fresh state is the forward's start: S = 0, zero conv history, zero shifted tokens.
 // decode_step computes each layer with the forward's formulas (engine/model/kda_block.cpp,
 // rwkv6_block.cpp) on one token, the mixer by its recurrence (docs/MATH.md):
-//   KDA    S <- diag(e^g) S;  S <- S + beta k^ (v - k^T S)^T;  o = D^-1/2 S^T q^
+//   KDA    S <- diag(e^g) S;  S <- S + beta k^ (v - S^T k^)^T;  o = D^-1/2 S^T q^
 //   RWKV6  o = r^T (S + diag(u) k v^T);  S <- diag(e^w) S + k v^T
 // composed from engine ops (CPU and CUDA). Compute dtype: the parameters' (f64 for an f64
 // CPU model, else f32): in the bf16 mode decoding reads the f32 master weights, not the
