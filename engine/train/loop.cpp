@@ -22,6 +22,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "engine/data/loader.h"
+#include "engine/model/decode.h"
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
@@ -301,9 +302,13 @@ std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& 
   std::vector<int32_t> seq = prompt;
   if (seq.empty()) seq.push_back(0);
   std::vector<int32_t> out;
+  if (n <= 0) return out;
+  // Recurrent decoding: the prompt once through the state, then one O(1) step per token.
+  model::DecodeState state(m, 1);
+  Tensor next_logits = model::prefill(m, state, to_device_i32(seq, 1, static_cast<int64_t>(seq.size()), m.device()));
   for (int64_t i = 0; i < n; ++i) {
-    Tensor tokens = to_device_i32(seq, 1, static_cast<int64_t>(seq.size()), m.device());
-    std::vector<double> logits = m.next_token_logits(tokens).to_vector();
+    if (i > 0) next_logits = model::decode_step(m, state, to_device_i32({seq.back()}, 1, 1, m.device()).view({1}));
+    std::vector<double> logits = next_logits.to_vector();
     int32_t next = 0;
     if (temperature <= 0.0) {
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -137,7 +137,8 @@ struct EvalResult {
 EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches);
 
 // Autoregressive sampling from `prompt`: n tokens, temperature (0: greedy) and top-k (0: all),
-// deterministic by seed.
+// deterministic by seed. Runs the recurrent form (engine/model/decode.h): the prompt once
+// through the per-layer state, then O(1) work per new token (the state does not grow).
 std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, double temperature,
                                    int64_t top_k, uint64_t seed);
 
