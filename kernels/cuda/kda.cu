@@ -2,12 +2,14 @@
 // kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs).
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
-//   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H) -> intra_adjoint (NT*B*H)      3 launches
+//   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
+//             where B*H leaves SMs idle) -> intra_adjoint (NT*B*H)                   3 launches
 //             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed)
 // Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
 // input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
 // Every output and scratch buffer is fully overwritten (no zero-fills); the only counters
 // (intra adjoint's last-block reduction) are zeroed by the aqk_dO kernel.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "kernels/kda.h"
@@ -38,6 +40,15 @@ struct CudaBlk {
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
+// peers' shared memory (DSMEM).
+struct CudaClusterBlk : CudaBlk {
+  __device__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+  __device__ float* peer(float* p, int rank) {
+    return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
   }
 };
 
@@ -74,6 +85,17 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
+}
+
+// Cluster of NV blocks per (b, h); block rank in the cluster = blockIdx.x % NV (1-D).
+template <class G, class T, bool kTC, int NV>
+__global__ void __cluster_dims__(NV, 1, 1) __launch_bounds__(blocks::SplitCfg<G, NV>::NTHR)
+    kda_inter_adjoint_split_kernel(FusedArgs a, BackwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaClusterBlk blk;
+  const int64_t g = blockIdx.x;
+  blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g / NV, static_cast<int>(g % NV),
+                                                     reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
@@ -114,6 +136,30 @@ void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t
   }
 }
 
+// The inter adjoint as NV-block clusters (grid NV * B * H).
+template <class G, class T, bool kTC, int NV>
+void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
+  using SC = blocks::SplitCfg<G, NV>;
+  auto* kda_bwd_inter_adjoint_split = &kda_inter_adjoint_split_kernel<G, T, kTC, NV>;
+  const size_t smem = SC::kFloats * sizeof(float);
+  static const bool once = [&] {
+    allow_smem(kda_bwd_inter_adjoint_split, smem);
+    return true;
+  }();
+  (void)once;
+  const int64_t BH = a.dims.B * a.dims.H;
+  LT_LAUNCH(kda_bwd_inter_adjoint_split, dim3(static_cast<unsigned>(NV * BH)), dim3(SC::NTHR), smem, s, a, ws);
+}
+
+// The split of the inter adjoint: FusedArgs::scan_split, or chosen from B*H and the SM count.
+int scan_split(const FusedArgs& a) {
+  if (a.scan_split != 0) return a.scan_split;
+  int dev = 0, sms = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&dev));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return inter_adjoint_split(a.dims.B * a.dims.H, sms);
+}
+
 template <class G, class T, bool kTC>
 void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
@@ -138,7 +184,10 @@ void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream
   if (part == BackwardPart::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
-    LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
+    const int nv = scan_split(a);
+    if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
+    else if (nv == 2) launch_inter_adjoint_split<G, T, kTC, 2>(a, ws, s);
+    else LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
   }
   {
     StageScope st("intra_adjoint");

@@ -68,6 +68,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.dtype = c.dtype;
   a.gate = c.gate;
   a.tensor_cores = !c.simt;
+  a.scan_split = c.split;
   a.q = dev.up(q.data(), q.bytes());
   a.k = dev.up(k.data(), k.bytes());
   a.v = dev.up(v.data(), v.bytes());
