@@ -99,8 +99,9 @@ struct FusedArgs {
   bool tensor_cores = true;
   // V tiles of the inter adjoint (the backward state scan): 1 (one block per (b, h)), 2 or 4
   // (a thread-block cluster of that many blocks per (b, h), each owning D / split state
-  // columns). 0: chosen from B*H and the device's SM count (inter_adjoint_split); the CPU
-  // twin takes 0 as 1.
+  // columns; bit-identical results). 0: chosen from B*H and the device's SM count
+  // (inter_adjoint_split); the CPU twin takes 0 as 1. CUDA below compute capability 9.0
+  // (no clusters): always 1.
   int scan_split = 0;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]

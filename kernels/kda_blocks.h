@@ -11,6 +11,8 @@
 // arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
 // other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
 // p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product).
+// The split inter adjoint's Blk (a block of a thread-block cluster) also provides
+// cluster_sync() and peer(p, rank) (see inter_adjoint_split_program).
 // Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
 // reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
 // global memory written by one block is read by another only across launches (or after
@@ -46,6 +48,10 @@
 //                                     dgamma_s = e^gamma sum_v S S',
 //                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
 //                                     (in place over the saved tiles; no dS trajectory)
+//                     or grid NV*B*H: clusters of NV = 2 or 4 blocks per (b, h), each owning
+//                                     D/NV state columns (Delta, dDelta, S') and D/NV K rows
+//                                     (X_*, dgamma_s), exchanging columns through DSMEM
+//                                     (inter_adjoint_split_program; FusedArgs::scan_split)
 //   intra_adjoint     grid NT*B*H   : everything chunk-local: dA_qk = dO Delta^T, dTm,
 //                                     dA = -Tm^T dTm Tm^T, dV, dbeta, the P adjoints, the
 //                                     chunk-decay terms, reverse cumsum, gate / L2 / sigmoid

@@ -12,6 +12,10 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
 #include "kernels/kda.h"
 #include "kernels/kda_blocks.h"
 #include "kernels/launch.h"
@@ -45,11 +49,26 @@ struct CudaBlk {
 
 // A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
 // peers' shared memory (DSMEM).
+// Clusters exist from sm_90 on: the compute_80 PTX of the build gets a kernel that traps,
+// never launched (scan_split picks 1 below compute capability 9.0).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define KDA_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#else
+#define KDA_CLUSTER_DIMS(n)
+#endif
 struct CudaClusterBlk : CudaBlk {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __device__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
   __device__ float* peer(float* p, int rank) {
     return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
   }
+#else
+  __device__ void cluster_sync() { __trap(); }
+  __device__ float* peer(float* p, int) {
+    __trap();
+    return p;
+  }
+#endif
 };
 
 // One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared
@@ -89,7 +108,7 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
 
 // Cluster of NV blocks per (b, h); block rank in the cluster = blockIdx.x % NV (1-D).
 template <class G, class T, bool kTC, int NV>
-__global__ void __cluster_dims__(NV, 1, 1) __launch_bounds__(blocks::SplitCfg<G, NV>::NTHR)
+__global__ void KDA_CLUSTER_DIMS(NV) __launch_bounds__(blocks::SplitCfg<G, NV>::NTHR)
     kda_inter_adjoint_split_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaClusterBlk blk;
@@ -151,11 +170,25 @@ void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws,
   LT_LAUNCH(kda_bwd_inter_adjoint_split, dim3(static_cast<unsigned>(NV * BH)), dim3(SC::NTHR), smem, s, a, ws);
 }
 
-// The split of the inter adjoint: FusedArgs::scan_split, or chosen from B*H and the SM count.
+// The split of the inter adjoint: 1 below compute capability 9.0 (no thread-block clusters);
+// else FusedArgs::scan_split; else the environment variable LINTRAIN_KDA_SCAN_SPLIT = 1, 2 or 4
+// (read once per process; same-binary comparisons in kbench); else chosen from B*H and the SM
+// count (inter_adjoint_split).
 int scan_split(const FusedArgs& a) {
-  if (a.scan_split != 0) return a.scan_split;
-  int dev = 0, sms = 0;
+  int dev = 0, major = 0, sms = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) return 1;
+  if (a.scan_split != 0) return a.scan_split;
+  static const int forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_SCAN_SPLIT");
+    const std::string v = e ? e : "";
+    if (v.empty()) return 0;
+    if (v != "1" && v != "2" && v != "4")
+      throw std::invalid_argument("LINTRAIN_KDA_SCAN_SPLIT must be 1, 2 or 4, got '" + v + "'");
+    return std::stoi(v);
+  }();
+  if (forced != 0) return forced;
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   return inter_adjoint_split(a.dims.B * a.dims.H, sms);
 }
