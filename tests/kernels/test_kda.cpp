@@ -340,12 +340,10 @@ TEST_CASE(
   };
   const std::vector<Sc> cases = {
       {{1, 37, 1, 64, 16}, true, true, false, DType::f32, false, 4},   // partial last chunk, 16-column tiles
-      {{1, 37, 1, 64, 16}, false, false, false, DType::f32, true, 2},  // fp32 CUDA-core variant
-      {{2, 50, 1, 64, 32}, true, true, false, DType::f32, false, 4},   // 32-row blocks
-      {{1, 70, 1, 64, 64}, false, true, true, DType::f32, false, 2},   // lower-bound gate
+      {{1, 70, 1, 64, 64}, false, true, true, DType::f32, false, 2},   // lower-bound gate, 32-row blocks
       {{1, 33, 1, 128, 16}, true, true, false, DType::f32, false, 2},  // D = 128: 64-column tiles
-      {{1, 40, 1, 128, 32}, false, true, false, DType::f32, true, 4},
-      {{1, 40, 2, 64, 32}, true, true, false, DType::bf16, false, 4},  // bf16 inputs
+      {{1, 40, 1, 128, 32}, false, true, false, DType::f32, true, 4},  // fp32 CUDA-core variant
+      {{1, 40, 2, 64, 32}, true, true, false, DType::bf16, false, 4},  // bf16 inputs, 32-row blocks
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
