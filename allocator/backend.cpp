@@ -74,6 +74,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   throw std::runtime_error("lt::alloc: CUDA allocator for device " + std::to_string(device) +
                            " requested, but this build has no CUDA backend (nvcc was not found at configure time)");
 }
+std::unique_ptr<Backend> make_pinned_host_backend(int device) {
+  throw std::runtime_error("lt::alloc: pinned host memory for CUDA device " + std::to_string(device) +
+                           " requested, but this build has no CUDA backend (nvcc was not found at configure time)");
+}
 #endif
 
 }  // namespace lt::alloc

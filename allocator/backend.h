@@ -6,6 +6,9 @@
 //                 event is complete the moment it is recorded.           (always built)
 //   CUDA backend  cudaMalloc/cudaFree on one device, cudaEvent* for stream ordering,
 //                 cudaMemsetAsync for poison fills.   (allocator/cuda/, LINTRAIN_WITH_CUDA)
+//   pinned host   cudaHostAlloc/cudaFreeHost (page-locked host memory, so host <-> device
+//                 copies run without blocking the host), events on one device's streams;
+//                 under the staging ring (allocator/staging_ring.h). (allocator/cuda/)
 //   fake backends in tests/allocator/: limited capacity, events completed by hand, so
 //                 every pool rule (OOM retry, cross-stream reuse) is tested on the CPU.
 //
@@ -99,5 +102,9 @@ const std::string& cuda_unavailable_reason();
 // Throws std::runtime_error with the reason when the build has no CUDA or the device is
 // unusable.
 std::unique_ptr<Backend> make_cuda_backend(int device);
+// Page-locked host memory (cudaHostAlloc, portable across devices; cudaFreeHost) with
+// events on `device`'s streams; device() is -1 (host memory); fill is a host memset.
+// Throws like make_cuda_backend when CUDA is not usable.
+std::unique_ptr<Backend> make_pinned_host_backend(int device);
 
 }  // namespace lt::alloc

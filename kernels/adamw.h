@@ -12,7 +12,14 @@
 //   fixed reduction tree. Both are bit-reproducible run to run; they agree with each other to
 //   f64 rounding, i.e. almost always to the bit after rounding to f32.
 // update (one launch), per element i of the arenas [n]:
-//   ok    = isfinite(norm)      norm read from device memory (never copied to the host)
+//   ok    = code == 0           the skip code, from device memory only (nothing is copied
+//                               to the host), computed by every thread alike:
+//             1  loss set and !isfinite(loss)                  (non-finite loss)
+//             2  else !isfinite(norm)                          (non-finite gradient norm)
+//             3  else spike_test and spike_sd > 0 and          (loss spike; in f64, the
+//                (loss - spike_mean) / spike_sd > spike_zscore  training loop's rule)
+//             0  else                                          (the update is applied)
+//   report (when set) = {loss (NaN without one), norm, code} in f64, by one writer
 //   if !ok: params and moments unchanged; *skipped += 1 (one writer)
 //   scale = max_grad_norm > 0 ? min(1, max_grad_norm / (norm + 1e-6)) : 1
 //   g     = grads[i] * scale
@@ -56,6 +63,15 @@ struct AdamWParams {
   int64_t decay_end = 0;
   double lr = 0.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, max_grad_norm = 0.0;
   double bc1 = 1.0, bc2 = 1.0;  // 1 - beta1^t, 1 - beta2^t
+  // Optional step gate (update): the step's loss (scalar, the arenas' dtype) and the
+  // loss-spike test; report: f64 [3] written with loss, norm and the skip code.
+  const void* loss = nullptr;
+  bool spike_test = false;
+  double spike_mean = 0.0, spike_sd = 0.0, spike_zscore = 0.0;
+  double* report = nullptr;
 };
+
+// Skip codes of the update (the report's third value).
+enum class SkipCode : int32_t { applied = 0, nonfinite_loss = 1, nonfinite_norm = 2, loss_spike = 3 };
 
 }  // namespace lt::kern

@@ -176,7 +176,7 @@ struct ClampOp {
 // single place that maps enum rows to functors, used by both backends' tables; the cases
 // come from the op lists in kernels/op_lists.h).
 #define LT_VISIT_CASE(name, Functor) \
-  case Op::name: return v(Functor{});
+  case Op::name: return v(Functor());
 template <class Visitor>
 inline auto visit_binary(BinaryOp op, Visitor&& v) {
   using Op = BinaryOp;

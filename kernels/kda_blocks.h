@@ -65,6 +65,9 @@
 
 #include "kernels/half.h"
 #include "kernels/kda.h"
+#if defined(__CUDACC__)
+#include "kernels/cuda/mma.cuh"  // bf16_bits_rn, pack_bf16x2_rn
+#endif
 
 // The CUDA and the CPU translation units both instantiate these programs. nvcc's host pass
 // emits host stubs for __device__ functions under their own names, which would collide
@@ -193,9 +196,7 @@ template <class T>
 KDA_DEV void st(T* p, int64_t i, float v) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, bfloat16>) {  // one cvt (RNE, as float_to_bf16_bits) instead of 5
-    uint16_t h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    p[i] = bfloat16::from_bits(h);
+    p[i] = bfloat16::from_bits(tc::bf16_bits_rn(v));
     return;
   }
 #endif
@@ -243,9 +244,7 @@ template <class T>
 KDA_DEV void st2(T* p, int64_t i, float v0, float v1) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, bfloat16>) {
-    uint32_t packed;  // cvt.rn.bf16x2.f32 d, a, b puts a in the upper half
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(v1), "f"(v0));
-    *reinterpret_cast<uint32_t*>(p + i) = packed;
+    *reinterpret_cast<uint32_t*>(p + i) = tc::pack_bf16x2_rn(v0, v1);
     return;
   } else if constexpr (std::is_same_v<T, float>) {
     *reinterpret_cast<float2*>(p + i) = make_float2(v0, v1);

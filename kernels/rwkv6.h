@@ -142,7 +142,7 @@ void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const 
                         Variant var = Variant::simt);
 
 // ---------------------------------------------------------------------------------------
-// 3. CUDA (kernels/cuda/rwkv6.cu). Raw device pointers; every buffer below comes from the
+// 3. CUDA (kernels/cuda/rwkv6/, launches in launch.cu). Raw device pointers; every buffer below comes from the
 //    caller (the Tensor-level API takes them from the CUDA caching allocator).
 //    Requires D % 64 == 0 (64, 128, 256 tested), chunk in {16, 32, 64}, dtype f32 or bf16
 //    for r, k, v, w, o, dO and the token gradients; u, du, states fp32.
@@ -178,7 +178,7 @@ struct FusedArgs {
 
 // Which kernels run: the tensor-core kernels (Variant::tensor_core) for bf16 at chunk 32 or
 // 64, the SIMT fp32 kernels otherwise (fp32 inputs: the exact path; bf16 at chunk 16).
-// The environment variable LINTRAIN_RWKV6_KERNELS=simt (read in kernels/cuda/rwkv6.cu, once
+// The environment variable LINTRAIN_RWKV6_KERNELS=simt (read in kernels/cuda/rwkv6/launch.cu, once
 // per process) forces the SIMT kernels for bf16 too.
 bool cuda_uses_tensor_cores(const Dims& d, DType dtype);
 

@@ -1,9 +1,11 @@
-// CUDA raw backend: cudaMalloc/cudaFree on one device, cudaEvent* for stream ordering,
-// cudaMemsetAsync for poison fills. Every call runs with the backend's device current and
+// CUDA raw backends: cudaMalloc/cudaFree on one device, cudaEvent* for stream ordering,
+// cudaMemsetAsync for poison fills; and the pinned host backend (cudaHostAlloc /
+// cudaFreeHost, the same events, memset for fills). Every call runs with the backend's device current and
 // restores the caller's device afterwards. Events are created with cudaEventDisableTiming
 // and recycled through a free list (creating one costs about a microsecond).
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,7 +43,7 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
   ~CudaBackend() override {
@@ -97,9 +99,33 @@ class CudaBackend final : public Backend {
     LT_ALLOC_CUDA(cudaMemsetAsync(ptr, pattern, bytes, reinterpret_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
   }
 
- private:
+ protected:
   int device_;
+
+ private:
   std::vector<cudaEvent_t> spare_events_;
+};
+
+// Page-locked host memory; events as above, on device_'s streams.
+class PinnedHostBackend final : public CudaBackend {
+ public:
+  explicit PinnedHostBackend(int device) : CudaBackend(device) {}
+  const char* name() const override { return "pinned"; }
+  int device() const override { return -1; }
+  void* raw_alloc(size_t bytes) override {
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    LT_ALLOC_CUDA(err, "cudaHostAlloc");
+    return p;
+  }
+  void raw_free(void* ptr) override { LT_ALLOC_CUDA(cudaFreeHost(ptr), "cudaFreeHost"); }
+  bool memory_info(size_t&, size_t&) override { return false; }
+  void fill(void* ptr, size_t bytes, uint8_t pattern, StreamId) override { std::memset(ptr, pattern, bytes); }
 };
 
 }  // namespace
@@ -140,6 +166,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
     throw std::runtime_error("lt::alloc: CUDA allocator for device " + std::to_string(device) + " requested, but " +
                              std::to_string(count) + " device(s) are visible");
   return std::make_unique<CudaBackend>(device);
+}
+
+std::unique_ptr<Backend> make_pinned_host_backend(int device) {
+  (void)make_cuda_backend(device);  // the same checks and messages
+  return std::make_unique<PinnedHostBackend>(device);
 }
 
 }  // namespace lt::alloc

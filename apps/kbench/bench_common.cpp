@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "allocator/caching_allocator.h"
+#include "engine/ops.h"
 #include "kernels/launch.h"
 
 #if LINTRAIN_WITH_CUDA
@@ -344,6 +345,80 @@ void FwdBwdFigures::add_json(nlohmann::json& j) const {
   j["atlas"] = stage_json(atlas);
   j["extra_peak_bytes"] = extra_peak;
   j["extra_reserved_bytes"] = extra_reserved;
+}
+
+void add_mixer_bench_options(CLI::App& sub, MixerBenchOptions& o, const std::string& d_help,
+                             const std::string& chunk_help, const std::string& path_help) {
+  sub.add_option("--B", o.B, "batch")->check(CLI::PositiveNumber);
+  sub.add_option("--T", o.T, "sequence length")->check(CLI::PositiveNumber);
+  sub.add_option("--H", o.H, "heads")->check(CLI::PositiveNumber);
+  sub.add_option("--D", o.D, d_help)->check(CLI::PositiveNumber);
+  sub.add_option("--dtype", o.dtype, "bf16 | fp32");
+  sub.add_option("--chunk", o.chunk, chunk_help)->check(CLI::PositiveNumber);
+  sub.add_option("--path", o.path, path_help);
+  sub.add_option("--iters", o.iters, "timed iterations")->check(CLI::PositiveNumber);
+  sub.add_option("--warmup", o.warmup, "warm-up iterations");
+  sub.add_option("--sets", o.sets, "input sets rotated through (L2 defeat)")->check(CLI::PositiveNumber);
+  sub.add_option("--json", o.json_path, "write the figures as JSON to FILE");
+}
+
+MixerBench::MixerBench(std::string command_, const MixerBenchOptions& o)
+    : command(std::move(command_)), opts(o), dtype(parse_bench_dtype(command, o.dtype)) {
+  if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
+    throw std::invalid_argument("kbench " + command + ": --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
+}
+
+void MixerBench::start() {
+  device = cuda_available();
+  dev = device ? Device::cuda(0) : Device::cpu();
+  stream = device ? current_stream(dev).handle() : nullptr;
+}
+
+nlohmann::json MixerBench::json_head() const {
+  return {{"bench", command},    {"B", opts.B},
+          {"T", opts.T},         {"H", opts.H},
+          {"D", opts.D},         {"dtype", dtype_name(dtype)},
+          {"chunk", opts.chunk}, {"path", opts.path},
+          {"date", today_utc()}, {"device", device_description(device)}};
+}
+
+bool MixerBench::skip_without_device(nlohmann::json& j, bool gpu_only) const {
+  if (device || !gpu_only) return false;
+  std::printf(
+      "kbench %s: no CUDA device; the %s path runs on the GPU only in a benchmark "
+      "(its CPU twins are for tests). Nothing measured.\n",
+      command.c_str(), opts.path.c_str());
+  j["skipped"] = "no CUDA device";
+  write_json(opts.json_path, j);
+  return true;
+}
+
+TimingOptions MixerBench::timing() const {
+  TimingOptions t;
+  t.iters = device ? opts.iters : std::min(opts.iters, 3);
+  t.warmup = device ? opts.warmup : std::min(opts.warmup, 1);
+  return t;
+}
+
+Tensor MixerBench::randn(const Shape& shape, DType dt) {
+  Tensor t = ops::randn(shape, 20261129, offset_, dt, dev);
+  offset_ += static_cast<uint64_t>(shape_numel(shape));
+  return t;
+}
+
+void MixerBench::print_floors(const Floors& fl, double rate, double total_ms, const std::string& extra) const {
+  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
+  std::printf(
+      "  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
+      "floor %.4f ms; achieved %.1f%% of the floor%s\n",
+      fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12, fl.flops / 1e9,
+      fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / total_ms, extra.c_str());
+}
+
+nlohmann::json MixerBench::floors_json(const Floors& fl, double rate, double total_ms) const {
+  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
+  return {{"bytes", fl.bytes},           {"flops", fl.flops},    {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
+          {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms}, {"achieved_fraction", floor_ms / total_ms}};
 }
 
 }  // namespace lt::kbench

@@ -17,7 +17,12 @@
 //   Floors f{bytes, flops}; f.floor_ms(bw, rate)
 //     the larger of bytes / copy bandwidth and flops / arithmetic rate; achieved fraction =
 //     floor / measured.
+//   MixerBench b("kda", opts);  (the set-up every mixer bench shares)
+//     the common flags (B, T, H, D, dtype, chunk, path, iters, warmup, sets, json), their
+//     checks, the figures' JSON head, the no-device skip, the iteration counts, the input
+//     stream, the floors' line and JSON.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/device.h"
+#include "engine/tensor.h"
 #include "kernels/dtype.h"
 
 namespace lt::alloc {
@@ -115,6 +122,57 @@ inline constexpr double kH200Fp32FlopsPerS = 67e12;
 
 // The --dtype flag of the mixer benches; throws std::invalid_argument naming `command` and s.
 DType parse_bench_dtype(const std::string& command, const std::string& s);
+
+// The flags every mixer bench (kbench kda, kbench rwkv6) takes.
+struct MixerBenchOptions {
+  int64_t B = 8, T = 512, H = 12;
+  int D = 64;
+  int chunk = 64;
+  std::string dtype = "bf16";
+  std::string path = "fused";
+  int iters = 200;
+  int warmup = 20;
+  int sets = 4;
+  std::string json_path;
+};
+// Adds --B --T --H --D --dtype --chunk --path --iters --warmup --sets --json to `sub`; the
+// help texts of --D, --chunk and --path name the bench's own values.
+void add_mixer_bench_options(CLI::App& sub, MixerBenchOptions& o, const std::string& d_help,
+                             const std::string& chunk_help, const std::string& path_help);
+
+// The set-up of one mixer bench run, in the order a run uses it:
+//   MixerBench b("rwkv6", o);          checks --chunk (16, 32 or 64) and --dtype (b.dtype)
+//                                      without touching a device (a bad flag: exit 2 anywhere)
+//   b.start();                         b.device: a CUDA device is there; b.dev, b.stream
+//   nlohmann::json j = b.json_head();  bench, B, T, H, D, dtype, chunk, path, date, device
+//   if (b.skip_without_device(j, gpu_only)) return 0;
+//                                      without a device, a GPU-only path measures nothing:
+//                                      says so, writes {..., skipped} to --json
+//   TimingOptions t = b.timing();      --iters / --warmup; on the host at most 3 / 1
+//   Tensor x = b.randn(shape, dtype);  N(0, 1) on the bench's device from one Philox stream
+//                                      (seed 20261129): consecutive tensors, consecutive offsets
+//   b.print_floors(fl, rate, total_ms, extra) and b.floors_json(fl, rate, total_ms)
+//                                      the floors at the H200 copy bandwidth and `rate`
+struct MixerBench {
+  MixerBench(std::string command, const MixerBenchOptions& o);
+  void start();
+  nlohmann::json json_head() const;
+  bool skip_without_device(nlohmann::json& j, bool gpu_only) const;
+  TimingOptions timing() const;
+  Tensor randn(const Shape& shape, DType dt);
+  void print_floors(const Floors& fl, double rate, double total_ms, const std::string& extra = "") const;
+  nlohmann::json floors_json(const Floors& fl, double rate, double total_ms) const;
+
+  std::string command;
+  const MixerBenchOptions& opts;
+  DType dtype;
+  bool device = false;
+  Device dev = Device::cpu();
+  void* stream = nullptr;  // the device's current stream (nullptr on the host)
+
+ private:
+  uint64_t offset_ = 0;
+};
 
 std::string device_description(bool device);
 std::string today_utc();  // YYYY-MM-DD

@@ -32,18 +32,9 @@
 namespace lt::kbench {
 namespace {
 
-struct KdaBenchOptions {
-  int64_t B = 8, T = 512, H = 12;
-  int D = 64;
-  int chunk = 64;
-  std::string dtype = "bf16";
-  std::string path = "fused";
-  int iters = 200;
-  int warmup = 20;
-  int sets = 4;
+struct KdaBenchOptions : MixerBenchOptions {
   double lower_bound = 0.0;  // 0: default gate
   bool simt = false;         // fused: fp32 CUDA-core scan kernels instead of tensor cores
-  std::string json_path;
 };
 
 struct InputSet {
@@ -51,14 +42,10 @@ struct InputSet {
 };
 
 int run_kda_bench(const KdaBenchOptions& o) {
-  // Validate before touching a device, so a bad flag is exit 2 on any machine.
   if (!(o.D == 64 || o.D == 128))
     throw std::invalid_argument("kbench kda: --D must be 64 or 128, got " + std::to_string(o.D));
-  if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
-    throw std::invalid_argument("kbench kda: --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
-  const DType dt = parse_bench_dtype("kda", o.dtype);
-  const bool device = cuda_available();
-  const Device dev = device ? Device::cuda(0) : Device::cpu();
+  MixerBench b("kda", o);
+  const DType dt = b.dtype;
   mixers::KdaConfig cfg;
   cfg.chunk = o.chunk;
   cfg.path = mixers::parse_kda_path(o.path);
@@ -67,48 +54,27 @@ int run_kda_bench(const KdaBenchOptions& o) {
     cfg.gate.use_lower_bound = true;
     cfg.gate.lower_bound = static_cast<float>(o.lower_bound);
   }
-  nlohmann::json j = {{"bench", "kda"},
-                      {"B", o.B},
-                      {"T", o.T},
-                      {"H", o.H},
-                      {"D", o.D},
-                      {"dtype", dtype_name(dt)},
-                      {"chunk", o.chunk},
-                      {"path", o.path},
-                      {"variant", o.simt ? "simt" : "tensor_cores"},
-                      {"date", today_utc()},
-                      {"device", device_description(device)}};
-  if (!device && cfg.path != mixers::KdaPath::ops) {
-    std::printf(
-        "kbench kda: no CUDA device; the %s path runs on the GPU only in a benchmark "
-        "(its CPU twins are for tests). Nothing measured.\n",
-        o.path.c_str());
-    j["skipped"] = "no CUDA device";
-    write_json(o.json_path, j);
-    return 0;
-  }
-  const int iters = device ? o.iters : std::min(o.iters, 3);
-  const int warmup = device ? o.warmup : std::min(o.warmup, 1);
+  b.start();
+  const bool device = b.device;
+  nlohmann::json j = b.json_head();
+  j["variant"] = o.simt ? "simt" : "tensor_cores";
+  if (b.skip_without_device(j, cfg.path != mixers::KdaPath::ops)) return 0;
+  const TimingOptions topt = b.timing();
 
   // Inputs as fla's tests draw them: q, k, v, f, b, dO ~ N(0, 1); A_log = log U(1, 16);
   // dt_bias = softplus^-1(dt), dt = exp(U(ln 1e-3, ln 0.1)).
   const Shape s4{o.B, o.T, o.H, o.D}, s3{o.B, o.T, o.H};
   const int64_t n4 = shape_numel(s4);
-  uint64_t off = 0;
-  auto randn = [&](const Shape& s) {
-    Tensor t = ops::randn(s, 20261129, off, dt, dev);
-    off += static_cast<uint64_t>(shape_numel(s));
-    return t;
-  };
   std::vector<InputSet> sets;
   for (int i = 0; i < std::max(1, o.sets); ++i)
-    sets.push_back({randn(s4), randn(s4), randn(s4), randn(s4), randn(s3), randn(s4)});
+    sets.push_back(
+        {b.randn(s4, dt), b.randn(s4, dt), b.randn(s4, dt), b.randn(s4, dt), b.randn(s3, dt), b.randn(s4, dt)});
+  const Device dev = b.dev;
   const Tensor A_log = ops::log(ops::add_scalar(ops::mul_scalar(ops::rand({o.H}, 7, 0, DType::f32, dev), 15.0), 1.0));
   const double l1 = std::log(1e-3), l2 = std::log(0.1);
   const Tensor dtv = ops::clamp(
       ops::exp(ops::add_scalar(ops::mul_scalar(ops::rand({o.H, o.D}, 8, 0, DType::f32, dev), l2 - l1), l1)), 1e-4, 1.0);
   const Tensor dt_bias = ops::add(dtv, ops::log(ops::rsub_scalar(ops::exp(ops::neg(dtv)), 1.0)));
-  void* stream = device ? current_stream(dev).handle() : nullptr;
 
   auto call = [&](int i, const MarkFn& mark) {
     const InputSet& s = sets[static_cast<size_t>(i) % sets.size()];
@@ -127,10 +93,7 @@ int run_kda_bench(const KdaBenchOptions& o) {
     mark(2);
   };
 
-  TimingOptions topt;
-  topt.iters = iters;
-  topt.warmup = warmup;
-  const FwdBwdFigures fig = measure_fwd_bwd(call, topt, stream, device);
+  const FwdBwdFigures fig = measure_fwd_bwd(call, topt, b.stream, device);
   const MultiTiming& t = fig.t;
 
   const double es = static_cast<double>(dtype_size(dt));
@@ -140,40 +103,24 @@ int run_kda_bench(const KdaBenchOptions& o) {
   const double D = o.D, C = o.chunk;
   fl.flops = 6.0 * tokens * (3.0 * D * D + 2.5 * C * D + C * C / 6.0);
   const double rate = dt == DType::bf16 ? kH200Bf16FlopsPerS : kH200Fp32FlopsPerS;
-  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
 
   std::printf("kbench kda  B %lld T %lld H %lld D %d  %s  chunk %d  path %s%s  (%s, %s)\n", (long long)o.B,
               (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(),
               o.simt ? " (simt scans)" : "", device_description(device).c_str(), today_utc().c_str());
-  fig.print(iters, warmup, sets.size());
-  std::printf(
-      "  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
-      "floor %.4f ms; achieved %.1f%% of the floor\n",
-      fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12, fl.flops / 1e9,
-      fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms);
+  fig.print(topt.iters, topt.warmup, sets.size());
+  b.print_floors(fl, rate, t.total.median_ms);
 
   fig.add_json(j);
-  j["floors"] = {
-      {"bytes", fl.bytes},           {"flops", fl.flops},    {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
-      {"flop_ms", fl.flop_ms(rate)}, {"floor_ms", floor_ms}, {"achieved_fraction", floor_ms / t.total.median_ms}};
+  j["floors"] = b.floors_json(fl, rate, t.total.median_ms);
   write_json(o.json_path, j);
   return 0;
 }
 
 void setup_kda(CLI::App& sub, std::function<int()>& run) {
   auto o = std::make_shared<KdaBenchOptions>();
-  sub.add_option("--B", o->B, "batch")->check(CLI::PositiveNumber);
-  sub.add_option("--T", o->T, "sequence length")->check(CLI::PositiveNumber);
-  sub.add_option("--H", o->H, "heads")->check(CLI::PositiveNumber);
-  sub.add_option("--D", o->D, "head dim (K = V = D; fused: 64 or 128)")->check(CLI::PositiveNumber);
-  sub.add_option("--dtype", o->dtype, "bf16 | fp32");
-  sub.add_option("--chunk", o->chunk, "chunk length (fused: 16, 32, 64)")->check(CLI::PositiveNumber);
-  sub.add_option("--path", o->path, "fused | ops | naive");
-  sub.add_option("--iters", o->iters, "timed iterations")->check(CLI::PositiveNumber);
-  sub.add_option("--warmup", o->warmup, "warm-up iterations");
-  sub.add_option("--sets", o->sets, "input sets rotated through (L2 defeat)")->check(CLI::PositiveNumber);
+  add_mixer_bench_options(sub, *o, "head dim (K = V = D; fused: 64 or 128)", "chunk length (fused: 16, 32, 64)",
+                          "fused | ops | naive");
   sub.add_option("--lower-bound", o->lower_bound, "fla's lower_bound gate (< 0); 0 = default gate");
-  sub.add_option("--json", o->json_path, "write the figures as JSON to FILE");
   sub.add_flag("--simt", o->simt, "fused: fp32 CUDA-core variant of the scan kernels");
   run = [o] { return run_kda_bench(*o); };
 }

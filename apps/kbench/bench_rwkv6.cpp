@@ -45,19 +45,10 @@
 namespace lt::kbench {
 namespace {
 
-struct Rwkv6BenchOptions {
-  int64_t B = 8, T = 512, H = 12;
-  int D = 64;
-  int chunk = 64;
-  std::string dtype = "bf16";
-  std::string path = "fused";
+struct Rwkv6BenchOptions : MixerBenchOptions {
   std::string backward = "fused";
   bool pick_backward = false;
   double scale = 1.0;
-  int iters = 200;
-  int warmup = 20;
-  int sets = 4;
-  std::string json_path;
 };
 
 struct InputSet {
@@ -65,12 +56,10 @@ struct InputSet {
 };
 
 int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
-  // Validate before touching a device, so a bad flag is exit 2 on any machine.
   if (!(o.D == 64 || o.D == 128 || o.D == 256))
     throw std::invalid_argument("kbench rwkv6: --D must be 64, 128 or 256, got " + std::to_string(o.D));
-  if (o.chunk != 16 && o.chunk != 32 && o.chunk != 64)
-    throw std::invalid_argument("kbench rwkv6: --chunk must be 16, 32 or 64, got " + std::to_string(o.chunk));
-  const DType dt = parse_bench_dtype("rwkv6", o.dtype);
+  MixerBench b("rwkv6", o);
+  const DType dt = b.dtype;
   mixers::Rwkv6Config cfg;
   cfg.chunk = o.chunk;
   cfg.path = mixers::parse_rwkv6_path(o.path);
@@ -82,50 +71,27 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
     throw std::invalid_argument("kbench rwkv6: --dtype fp64 runs on the ops path only (--path ops)");
   if (o.pick_backward && cfg.path != mixers::Rwkv6Path::fused)
     throw std::invalid_argument("kbench rwkv6: --pick-backward times the fused path's backwards (--path fused)");
-  const bool device = cuda_available();
-  const Device dev = device ? Device::cuda(0) : Device::cpu();
-  nlohmann::json j = {{"bench", "rwkv6"},
-                      {"B", o.B},
-                      {"T", o.T},
-                      {"H", o.H},
-                      {"D", o.D},
-                      {"dtype", dtype_name(dt)},
-                      {"chunk", o.chunk},
-                      {"path", o.path},
-                      {"backward", o.pick_backward ? std::string("pick") : o.backward},
-                      {"scale", o.scale},
-                      {"date", today_utc()},
-                      {"device", device_description(device)}};
-  if (!device && cfg.path != mixers::Rwkv6Path::ops) {
-    std::printf(
-        "kbench rwkv6: no CUDA device; the %s path runs on the GPU in a benchmark "
-        "(its CPU twins are for tests). Nothing measured.\n",
-        o.path.c_str());
-    j["skipped"] = "no CUDA device";
-    write_json(o.json_path, j);
-    return 0;
-  }
-  const int iters = device ? o.iters : std::min(o.iters, 3);
-  const int warmup = device ? o.warmup : std::min(o.warmup, 1);
+  b.start();
+  const bool device = b.device;
+  nlohmann::json j = b.json_head();
+  j["backward"] = o.pick_backward ? std::string("pick") : o.backward;
+  j["scale"] = o.scale;
+  if (b.skip_without_device(j, cfg.path != mixers::Rwkv6Path::ops)) return 0;
+  const TimingOptions topt = b.timing();
+  const int iters = topt.iters, warmup = topt.warmup;
 
   const Shape s4{o.B, o.T, o.H, o.D};
   const int64_t n4 = shape_numel(s4);
-  uint64_t off = 0;
-  auto randn = [&](const Shape& s, DType t) {
-    Tensor x = ops::randn(s, 20261129, off, t, dev);
-    off += static_cast<uint64_t>(shape_numel(s));
-    return x;
-  };
   std::vector<InputSet> sets;
   for (int i = 0; i < std::max(1, o.sets); ++i) {
     InputSet s;
-    s.r = randn(s4, dt), s.k = randn(s4, dt), s.v = randn(s4, dt);
-    s.w = ops::neg(ops::softplus(ops::neg(randn(s4, DType::f32)))).to(dt);  // logsigmoid
-    s.dO = randn(s4, dt);
+    s.r = b.randn(s4, dt), s.k = b.randn(s4, dt), s.v = b.randn(s4, dt);
+    s.w = ops::neg(ops::softplus(ops::neg(b.randn(s4, DType::f32)))).to(dt);  // logsigmoid
+    s.dO = b.randn(s4, dt);
     sets.push_back(s);
   }
-  const Tensor u = randn({o.H, o.D}, DType::f32);
-  void* stream = device ? current_stream(dev).handle() : nullptr;
+  const Tensor u = b.randn({o.H, o.D}, DType::f32);
+  void* stream = b.stream;
 
   auto measure = [&](const mixers::Rwkv6Config& c) {
     auto call = [&](int i, const MarkFn& mark) {
@@ -143,9 +109,6 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
       }
       mark(2);
     };
-    TimingOptions topt;
-    topt.iters = iters;
-    topt.warmup = warmup;
     return measure_fwd_bwd(call, topt, stream, device);
   };
 
@@ -185,7 +148,6 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
   const double D = o.D, C = o.chunk;
   fl.flops = 6.0 * tokens * (2.0 * D * D + C * D);
   const double rate = dt == DType::bf16 ? kH200Bf16FlopsPerS : kH200Fp32FlopsPerS;
-  const double floor_ms = fl.floor_ms(kH200CopyBytesPerS, rate);
   const double simt_floor_ms = fl.floor_ms(kH200CopyBytesPerS, kH200Fp32FlopsPerS);
 
 #if LINTRAIN_WITH_CUDA
@@ -201,43 +163,27 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
       (long long)o.B, (long long)o.T, (long long)o.H, o.D, dtype_name(dt), o.chunk, o.path.c_str(), o.backward.c_str(),
       kernels, o.scale, device_description(device).c_str(), today_utc().c_str());
   fig.print(iters, warmup, sets.size());
-  std::printf(
-      "  floors: traffic %s -> %.4f ms at %.1f TB/s; %.2f GFLOP -> %.4f ms at %.0f TFLOP/s; "
-      "floor %.4f ms; achieved %.1f%% of the floor (fp32 SIMT floor %.4f ms: %.1f%%)\n",
-      fmt_bytes(fl.bytes).c_str(), fl.traffic_ms(kH200CopyBytesPerS), kH200CopyBytesPerS / 1e12, fl.flops / 1e9,
-      fl.flop_ms(rate), rate / 1e12, floor_ms, 100.0 * floor_ms / t.total.median_ms, simt_floor_ms,
-      100.0 * simt_floor_ms / t.total.median_ms);
+  char simt[96];
+  std::snprintf(simt, sizeof simt, " (fp32 SIMT floor %.4f ms: %.1f%%)", simt_floor_ms,
+                100.0 * simt_floor_ms / t.total.median_ms);
+  b.print_floors(fl, rate, t.total.median_ms, simt);
 
   fig.add_json(j);
-  j["floors"] = {{"bytes", fl.bytes},
-                 {"flops", fl.flops},
-                 {"traffic_ms", fl.traffic_ms(kH200CopyBytesPerS)},
-                 {"flop_ms", fl.flop_ms(rate)},
-                 {"floor_ms", floor_ms},
-                 {"achieved_fraction", floor_ms / t.total.median_ms},
-                 {"simt_floor_ms", simt_floor_ms}};
+  j["floors"] = b.floors_json(fl, rate, t.total.median_ms);
+  j["floors"]["simt_floor_ms"] = simt_floor_ms;
   write_json(o.json_path, j);
   return 0;
 }
 
 void setup_rwkv6(CLI::App& sub, std::function<int()>& run) {
   auto o = std::make_shared<Rwkv6BenchOptions>();
-  sub.add_option("--B", o->B, "batch")->check(CLI::PositiveNumber);
-  sub.add_option("--T", o->T, "sequence length")->check(CLI::PositiveNumber);
-  sub.add_option("--H", o->H, "heads")->check(CLI::PositiveNumber);
-  sub.add_option("--D", o->D, "head dim (K = V = D; fused/fallback: a multiple of 64)")->check(CLI::PositiveNumber);
-  sub.add_option("--dtype", o->dtype, "bf16 | fp32");
-  sub.add_option("--chunk", o->chunk, "chunk length: 16, 32, 64")->check(CLI::PositiveNumber);
-  sub.add_option("--path", o->path, "fused | ops");
+  add_mixer_bench_options(sub, *o, "head dim (K = V = D; fused/fallback: a multiple of 64)", "chunk length: 16, 32, 64",
+                          "fused | ops");
   auto* bwd = sub.add_option("--backward", o->backward, "fused path's backward: fused | fallback");
   sub.add_flag("--pick-backward", o->pick_backward,
                "time both backward implementations and print the winner a config can name")
       ->excludes(bwd);
   sub.add_option("--scale", o->scale, "output scale (fla model: 1)")->check(CLI::PositiveNumber);
-  sub.add_option("--iters", o->iters, "timed iterations")->check(CLI::PositiveNumber);
-  sub.add_option("--warmup", o->warmup, "warm-up iterations");
-  sub.add_option("--sets", o->sets, "input sets rotated through (L2 defeat)")->check(CLI::PositiveNumber);
-  sub.add_option("--json", o->json_path, "write the figures as JSON to FILE");
   run = [o] { return run_rwkv6_bench(*o); };
 }
 

@@ -8,8 +8,11 @@
 // consumer's position and queues up to `prefetch` batches, each with the generator state
 // after it; next() takes the front batch and adopts that state. restore() stops the worker,
 // drops the queue, sets the position and starts a fresh worker from there.
+// Staging. With a Staging, make_batch takes a slot of the staging ring and writes the rows
+// into it (on the worker thread when prefetching); the slot travels with the Batch.
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -91,6 +94,7 @@ struct Loader::Impl {
   int64_t B, T;
   uint64_t seed;
   std::unique_ptr<Source> source;
+  std::unique_ptr<HostStaging> staging;
 
   // Consumer position.
   Rng rng{0};
@@ -113,10 +117,18 @@ struct Loader::Impl {
     Batch b;
     b.B = B;
     b.T = T;
-    b.tokens.resize(static_cast<size_t>(B * T));
-    b.targets.resize(static_cast<size_t>(B * T));
-    for (int64_t row = 0; row < B; ++row)
-      b.valid_targets += source->fill_row(r, b.tokens.data() + row * T, b.targets.data() + row * T);
+    int32_t *tokens = nullptr, *targets = nullptr;
+    if (staging) {
+      b.staged = staging->acquire();
+      tokens = static_cast<int32_t*>(b.staged.data());
+      targets = tokens + B * T;
+    } else {
+      b.tokens.resize(static_cast<size_t>(B * T));
+      b.targets.resize(static_cast<size_t>(B * T));
+      tokens = b.tokens.data();
+      targets = b.targets.data();
+    }
+    for (int64_t row = 0; row < B; ++row) b.valid_targets += source->fill_row(r, tokens + row * T, targets + row * T);
     return b;
   }
 
@@ -169,7 +181,7 @@ struct Loader::Impl {
   }
 };
 
-Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed)
+Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed, std::optional<Staging> staging)
     : impl_(std::make_unique<Impl>()) {
   if (B < 1) throw std::runtime_error("data: batch size B " + std::to_string(B) + " must be >= 1");
   if (T < 1) throw std::runtime_error("data: sequence length T " + std::to_string(T) + " must be >= 1");
@@ -184,6 +196,10 @@ Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_
   else if (cfg.source == "text") m.source = make_text_source(cfg, split, T);
   else if (cfg.source == "tokens") m.source = make_token_source(cfg, split, T);
   else throw std::runtime_error("data: unknown source '" + cfg.source + "' (data.source: synthetic | text | tokens)");
+  if (staging) {
+    const int slots = staging->slots > 0 ? staging->slots : cfg.prefetch + 4;
+    m.staging = std::make_unique<HostStaging>(staging->device, static_cast<size_t>(2 * B * T) * sizeof(int32_t), slots);
+  }
   // Train and validation draw from different streams of the same seed.
   uint64_t x = seed;
   const uint64_t stream = splitmix64(x) ^ (split == Split::train ? 0x7261696eull : 0x76616c00ull);
@@ -269,5 +285,33 @@ void Loader::restore(const nlohmann::json& state) {
 }
 
 int64_t Loader::vocab_size() const { return impl_->source->vocab_size(); }
+
+const HostStaging* Loader::staging() const { return impl_->staging.get(); }
+
+const int32_t* Batch::token_data() const {
+  return staged ? static_cast<const int32_t*>(staged.data()) : tokens.empty() ? nullptr : tokens.data();
+}
+const int32_t* Batch::target_data() const {
+  return staged ? static_cast<const int32_t*>(staged.data()) + B * T : targets.empty() ? nullptr : targets.data();
+}
+
+DeviceBatch upload(Batch& batch, Device device) {
+  const int64_t B = batch.B, T = batch.T;
+  Tensor both = Tensor::empty({2, B, T}, DType::i32, device);  // [2, B, T]: tokens, targets
+  if (batch.staged && batch.staged.device() == device) {
+    copy_to_device_async(both, batch.staged);
+    batch.staged.reset();
+  } else {
+    const int32_t* tok = batch.token_data();
+    const int32_t* tgt = batch.target_data();
+    if (!tok || !tgt) throw std::invalid_argument("data::upload: the batch holds no data (uploaded already?)");
+    Tensor host = Tensor::empty({2, B, T}, DType::i32, Device::cpu());
+    std::memcpy(host.data<int32_t>(), tok, static_cast<size_t>(B * T) * sizeof(int32_t));
+    std::memcpy(host.data<int32_t>() + B * T, tgt, static_cast<size_t>(B * T) * sizeof(int32_t));
+    both.copy_(host);
+    batch.staged.reset();
+  }
+  return {both.select(0, 0), both.select(0, 1)};
+}
 
 }  // namespace lt::data

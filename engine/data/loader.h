@@ -17,15 +17,23 @@
 // tokens (the tail is validation). Batches are windows of T + 1 tokens at positions drawn
 // from a seeded generator (targets = tokens shifted by one); the generator's state and the
 // number of batches drawn are the loader's position.
+// Staging: a loader made with a `Staging` writes each batch (on its prefetch thread) straight
+// into a slot of a host staging ring (engine/staging.h: pinned memory for a CUDA device,
+// plain memory for the CPU); upload() then copies it to the device asynchronously on the
+// current stream and returns the slot, which is reused once that copy has run.
 // Errors (missing file, empty text, bad shard header or size, token >= vocab, unknown
 // source) throw std::runtime_error naming the file or key.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/staging.h"
+#include "engine/tensor.h"
 
 namespace lt::data {
 
@@ -43,14 +51,35 @@ struct DataConfig {
 
 struct Batch {
   int64_t B = 0, T = 0;
-  std::vector<int32_t> tokens;   // [B, T]
-  std::vector<int32_t> targets;  // [B, T], -100 = ignored
+  std::vector<int32_t> tokens;   // [B, T] (empty when staged)
+  std::vector<int32_t> targets;  // [B, T], -100 = ignored (empty when staged)
   int64_t valid_targets = 0;     // number of targets != -100
+  // A staging loader's batch: tokens [B, T] then targets [B, T], i32, in one staging slot
+  // (empty once uploaded).
+  HostStaging::Lease staged;
+  const int32_t* token_data() const;
+  const int32_t* target_data() const;
 };
+
+// Where a loader stages its batches: slots for uploads to `device`; slots = 0 means
+// prefetch + 4 (the ring grows when a consumer holds more batches than that).
+struct Staging {
+  Device device;
+  int slots = 0;
+};
+
+// The batch on `device` as tokens and targets [B, T] i32 (views of one [2, B, T] tensor),
+// enqueued on the device's current stream. A staged batch is copied asynchronously and its
+// slot returned (reused once the copy has run); an unstaged one is copied the plain way.
+struct DeviceBatch {
+  Tensor tokens, targets;
+};
+DeviceBatch upload(Batch& batch, Device device);
 
 class Loader {
  public:
-  Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed);
+  Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed,
+         std::optional<Staging> staging = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -58,6 +87,7 @@ class Loader {
   nlohmann::json state() const;               // position: exact resume with restore()
   void restore(const nlohmann::json& state);  // throws naming what does not match
   int64_t vocab_size() const;                 // 256 for text, the config's for synthetic / tokens
+  const HostStaging* staging() const;         // nullptr without staging
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -15,7 +15,7 @@
 //          factorisation), the inter-chunk state scan as a host loop over chunks, the u
 //          bonus on the diagonal; backward by the hand-derived chunk adjoint (recomputing
 //          the forward's chunk tensors). Any chunk >= 1.
-//   fused  CUDA tensors: kernels/cuda/rwkv6.cu (forward 2 launches; backward 3 launches
+//   fused  CUDA tensors: kernels/cuda/rwkv6/ (forward 2 launches; backward 3 launches
 //          (cfg.backward = fused) or the unfused intra | inter pair, 4 (fallback)); f32 /
 //          bf16, D % 64 == 0. CPU tensors: the CPU twins of those stages
 //          (kernels/cpu/rwkv6.cpp), f32 / f64. Chunk 16, 32 or 64.

@@ -48,7 +48,8 @@ Tensor grad_norm(const Tensor& grads) {
   return norm;
 }
 
-void adamw_step(AdamWArenas& a, const AdamWConfig& cfg, double lr, int64_t t, const Tensor& norm, Tensor& skipped) {
+void adamw_step(AdamWArenas& a, const AdamWConfig& cfg, double lr, int64_t t, const Tensor& norm, Tensor& skipped,
+                const StepGate* gate) {
   const char* op = "adamw_step";
   check_arena(a.params, op, "params");
   const int64_t P = a.params.numel();
@@ -74,6 +75,18 @@ void adamw_step(AdamWArenas& a, const AdamWConfig& cfg, double lr, int64_t t, co
                                 std::to_string(P) + "]");
   check_scalar(norm, dt, dev, op, "norm");
   check_scalar(skipped, DType::i32, dev, op, "skipped");
+  if (gate) {
+    check_scalar(gate->loss, dt, dev, op, "gate.loss");
+    if (gate->report.defined() && (gate->report.numel() != 3 || gate->report.dtype() != DType::f64 ||
+                                   gate->report.device() != dev || !gate->report.is_contiguous()))
+      throw std::invalid_argument(std::string(op) + ": gate.report must be a contiguous [3] f64 tensor on " +
+                                  dev.str() + ", got " + describe(gate->report));
+    if (gate->spike_test &&
+        !(std::isfinite(gate->spike_mean) && std::isfinite(gate->spike_sd) && std::isfinite(gate->spike_zscore)))
+      throw std::invalid_argument(std::string(op) + ": spike test mean " + std::to_string(gate->spike_mean) + ", sd " +
+                                  std::to_string(gate->spike_sd) + " and z-score " +
+                                  std::to_string(gate->spike_zscore) + " must be finite");
+  }
   if (t < 1)
     throw std::invalid_argument(std::string(op) + ": step t = " + std::to_string(t) + " (1-based, must be >= 1)");
   if (!std::isfinite(lr) || lr < 0.0)
@@ -104,6 +117,14 @@ void adamw_step(AdamWArenas& a, const AdamWConfig& cfg, double lr, int64_t t, co
   p.max_grad_norm = cfg.max_grad_norm;
   p.bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(t));
   p.bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(t));
+  if (gate) {
+    p.loss = gate->loss.data_ptr();
+    p.spike_test = gate->spike_test;
+    p.spike_mean = gate->spike_mean;
+    p.spike_sd = gate->spike_sd;
+    p.spike_zscore = gate->spike_zscore;
+    p.report = gate->report.defined() ? gate->report.data<double>() : nullptr;
+  }
   detail::Exec ex(dev);
   ex.k.adamw(kern::AdamWOp::update, dt, p, ex.stream);
 }

@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -24,6 +25,8 @@
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
+#include "engine/staging.h"
+#include "kernels/adamw.h"
 #include "kernels/launch.h"
 
 namespace lt::train {
@@ -163,6 +166,46 @@ std::pair<double, double> window_stats(const std::deque<double>& w) {
   for (double x : w) var += (x - mean) * (x - mean);
   var /= static_cast<double>(w.size() > 1 ? w.size() - 1 : 1);
   return {mean, std::sqrt(var)};
+}
+
+// LINTRAIN_INJECT_NONFINITE: step numbers and ranges ("3,7,10..12"; commas or spaces),
+// sorted, read once per process; ConfigError naming the variable on a bad list.
+const std::vector<int64_t>& inject_nonfinite_steps() {
+  static const std::vector<int64_t> steps = [] {
+    std::vector<int64_t> out;
+    const char* env = std::getenv("LINTRAIN_INJECT_NONFINITE");
+    if (!env) return out;
+    const std::string text = env;
+    auto bad = [&](const std::string& item) {
+      return ConfigError("LINTRAIN_INJECT_NONFINITE '" + text + "': bad item '" + item +
+                         "' (expected step numbers >= 1 or ranges A..B, separated by commas)");
+    };
+    auto number = [&](const std::string& t, const std::string& item) {
+      if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos) throw bad(item);
+      const int64_t v = std::stoll(t);
+      if (v < 1) throw bad(item);
+      return v;
+    };
+    std::string item;
+    std::istringstream is(text);
+    while (std::getline(is, item, ',')) {
+      std::istringstream words(item);
+      for (std::string w; words >> w;) {
+        const size_t dots = w.find("..");
+        if (dots == std::string::npos) {
+          out.push_back(number(w, w));
+          continue;
+        }
+        const int64_t a = number(w.substr(0, dots), w), b = number(w.substr(dots + 2), w);
+        if (a > b || b - a > 1000000) throw bad(w);
+        for (int64_t s = a; s <= b; ++s) out.push_back(s);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }();
+  return steps;
 }
 
 bool byte_vocab(const RunConfig& rc) {
@@ -371,6 +414,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   Device dev = resolve_device(rc.device);
 
   // ---- everything that can be bad input is checked before the first write -------------
+  const std::vector<int64_t>& inject = inject_nonfinite_steps();
   std::optional<Checkpoint> resume_from;
   if (options.resume != "auto" && options.resume != "none") {
     if (!fs::is_directory(options.resume))
@@ -416,7 +460,11 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     model = std::make_unique<model::Model>(rc.model, dev);
   } catch (const std::invalid_argument& e) { throw ConfigError(std::string("model: ") + e.what()); }
   try {
-    train_loader = std::make_unique<data::Loader>(rc.data, data::Split::train, B, T, tc.seed);
+    // Staging slots: the prefetch queue, the step's micro-batches and the copies of up to two
+    // steps in flight, plus the one being filled (the ring grows if that is not enough).
+    const int slots = rc.data.prefetch + static_cast<int>(3 * tc.grad_accum) + 1;
+    train_loader =
+        std::make_unique<data::Loader>(rc.data, data::Split::train, B, T, tc.seed, data::Staging{dev, slots});
     data::Loader probe(rc.data, data::Split::val, B, T, tc.seed);
     if (probe.vocab_size() > rc.model.vocab_size)
       throw ConfigError("data vocabulary " + std::to_string(probe.vocab_size()) + " exceeds model.vocab_size " +
@@ -518,8 +566,16 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   const double flops_per_token = model->flops_per_token(T);
   const double peak = peak_flops(dev, rc.model.precision);
   const int64_t tokens_per_step = B * T * tc.grad_accum;
+  if (!inject.empty()) {
+    std::string list;
+    for (int64_t s : inject) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    spdlog::warn("LINTRAIN_INJECT_NONFINITE: the loss of step(s) {} is made non-finite on the device (fault injection)",
+                 list);
+  }
   Tensor loss_accum = Tensor::zeros({}, DType::f32, dev);
   Tensor skipped_dev = Tensor::zeros({}, DType::i32, dev);
+  Tensor report_dev = Tensor::zeros({3}, DType::f64, dev);  // loss, grad norm, skip code of the step
+  HostStaging readback(dev, 3 * sizeof(double), 4);         // the reports on their way to the host
   double ema_ms = 0.0;
   const int64_t first_step = step;
   auto clear_live = [&] {
@@ -529,16 +585,130 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, out {}", model::arch_name(rc.model.arch),
                model->num_params(), dev.str(), tc.steps, tokens_per_step, rc.out_dir);
 
+  // A step whose result is on its way to the host.
+  struct InFlight {
+    StepStats st;
+    HostStaging::Lease report;  // [3] f64: loss, grad norm, skip code
+    double spike_mean = 0.0, spike_sd = 0.0;
+    size_t window_size = 0;
+  };
+  std::optional<InFlight> in_flight;
+
+  // Reads the in-flight step's result (waiting for its copy if it is not there yet) and
+  // does what the host does with it: counters, spike window, warning, progress, metrics.
+  auto retire = [&]() {
+    if (!in_flight) return;
+    InFlight f = std::move(*in_flight);
+    in_flight.reset();
+    f.report.wait();
+    double r[3];
+    std::memcpy(r, f.report.data(), sizeof r);
+    f.report.reset();
+    StepStats& st = f.st;
+    st.has_result = true;
+    st.loss = r[0];
+    st.grad_norm = r[1];
+    switch (static_cast<kern::SkipCode>(static_cast<int32_t>(r[2]))) {
+      case kern::SkipCode::applied: break;
+      case kern::SkipCode::nonfinite_loss: st.skip_reason = "non-finite loss"; break;
+      case kern::SkipCode::nonfinite_norm: st.skip_reason = "non-finite gradient norm"; break;
+      case kern::SkipCode::loss_spike: {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "loss spike (%.4g, z = %.1f over the last %zu steps)", st.loss,
+                      (st.loss - f.spike_mean) / f.spike_sd, f.window_size);
+        st.skip_reason = buf;
+        break;
+      }
+      default: throw std::runtime_error("step " + std::to_string(st.step) + ": bad skip code " + std::to_string(r[2]));
+    }
+    st.skipped = !st.skip_reason.empty();
+    if (!st.skipped) {
+      ++applied;
+      consecutive = 0;
+      window.push_back(st.loss);
+      while (static_cast<int64_t>(window.size()) > tc.spike_window) window.pop_front();
+    } else {
+      ++skipped;
+      ++consecutive;
+    }
+    ema_ms = st.step == first_step + 1 ? st.ms : 0.9 * ema_ms + 0.1 * st.ms;
+    if (options.listener) options.listener->step_result(st);
+
+    if (st.skipped) {
+      clear_live();
+      spdlog::warn("step {}: update skipped: {} ({} in a row, {} in all)", st.step, st.skip_reason, consecutive,
+                   skipped);
+    }
+    // The metrics record and the plain progress line every log_every steps; on a terminal
+    // the live line is redrawn every step.
+    const bool log_now = st.step % tc.log_every == 0 || st.step == tc.steps;
+    if (log_now || live) {
+      const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);
+      const double mfu = peak > 0 ? flops_per_token * tok_s / peak : 0.0;
+      MemoryStats mem = memory_stats(dev);
+      if (log_now) {
+        nlohmann::ordered_json j;
+        j["type"] = "train";
+        j["step"] = st.step;
+        j["loss"] = st.loss;
+        j["lr"] = st.lr;
+        j["grad_norm"] = st.grad_norm;
+        j["skipped"] = st.skipped;
+        j["skipped_total"] = skipped;
+        j["tokens_per_s"] = tok_s;
+        j["ms_per_step"] = st.ms;
+        j["mfu"] = mfu;
+        j["mem_in_use"] = mem.in_use;
+        j["mem_reserved"] = mem.reserved;
+        j["mem_peak"] = mem.peak;
+        metrics << j.dump() << "\n";
+        metrics.flush();
+      }
+      const double eta = ema_ms / 1000.0 * static_cast<double>(tc.steps - st.step);
+      char mfu_text[16] = "-";
+      if (peak > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
+      char line[320];
+      std::snprintf(
+          line, sizeof line,
+          "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
+          static_cast<long long>(st.step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s,
+          ema_ms, mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(),
+          human_duration(eta).c_str());
+      if (live) std::fprintf(stderr, "\r\033[K%s", line), std::fflush(stderr);
+      else spdlog::info("{}", line);
+    }
+  };
+
   RunResult result = RunResult::finished;
+  // After a retire: too many skips in a row end the run.
+  auto stop_for_skips = [&]() {
+    if (consecutive < tc.max_consecutive_skips) return false;
+    clear_live();
+    auto kept = checkpoint_list(rc.out_dir);
+    spdlog::error(
+        "stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
+        "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
+        consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
+    result = RunResult::too_many_skips;
+    return true;
+  };
+
   while (step < tc.steps) {
+    // One skip short of the limit: the previous step's result decides whether this step runs.
+    if (in_flight && consecutive + 1 >= tc.max_consecutive_skips) {
+      retire();
+      if (stop_for_skips()) break;
+    }
     const int64_t this_step = step + 1;
     g_step.store(this_step, std::memory_order_relaxed);
     if (options.listener) options.listener->before_step(this_step);
     auto t0 = Clock::now();
-    StepStats st;
+    InFlight f;
+    StepStats& st = f.st;
     st.step = this_step;
     st.lr = optim::lr_at(tc.schedule, step);
     st.tokens = tokens_per_step;
+    st.loss = st.grad_norm = std::numeric_limits<double>::quiet_NaN();
 
     std::vector<data::Batch> batches;
     int64_t valid = 0;
@@ -556,107 +726,60 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
     {
       const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
-      for (const auto& b : batches) {
-        Tensor tokens, targets;
+      for (auto& b : batches) {
+        data::DeviceBatch d;
         {
           StageScope stage("data/upload");
-          tokens = to_device_i32(b.tokens, B, T, dev);
-          targets = to_device_i32(b.targets, B, T, dev);
+          d = data::upload(b, dev);
         }
-        model->forward_backward(tokens, targets, inv_count, loss_accum);
+        model->forward_backward(d.tokens, d.targets, inv_count, loss_accum);
       }
     }
+    if (std::binary_search(inject.begin(), inject.end(), this_step))
+      loss_accum.fill_(std::numeric_limits<double>::quiet_NaN());
     Tensor norm;
     {
       StageScope stage("optim/clip");
       norm = optim::grad_norm(model->arenas().grads);
-      st.loss = loss_accum.item();
-      st.grad_norm = norm.item();
-      if (!std::isfinite(st.loss)) st.skip_reason = "non-finite loss";
-      else if (!std::isfinite(st.grad_norm)) st.skip_reason = "non-finite gradient norm";
-      else if (tc.spike_zscore > 0 && static_cast<int64_t>(window.size()) >= std::min<int64_t>(tc.spike_window, 10)) {
-        auto [mean, sd] = window_stats(window);
-        double z = sd > 0 ? (st.loss - mean) / sd : 0.0;
-        if (z > tc.spike_zscore) {
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "loss spike (%.4g, z = %.1f over the last %zu steps)", st.loss, z,
-                        window.size());
-          st.skip_reason = buf;
-        }
-      }
-      st.skipped = !st.skip_reason.empty();
     }
-    if (!st.skipped) {
+    // The previous step's result: the device has this step's forward and backward queued.
+    retire();
+    {
       StageScope stage("optim/adamw");
-      optim::adamw_step(model->arenas(), tc.adamw, st.lr, applied + 1, norm, skipped_dev);
-      ++applied;
-      consecutive = 0;
-      window.push_back(st.loss);
-      while (static_cast<int64_t>(window.size()) > tc.spike_window) window.pop_front();
-    } else {
-      ++skipped;
-      ++consecutive;
+      optim::StepGate gate;
+      gate.loss = loss_accum;
+      gate.report = report_dev;
+      if (tc.spike_zscore > 0 && static_cast<int64_t>(window.size()) >= std::min<int64_t>(tc.spike_window, 10)) {
+        auto [mean, sd] = window_stats(window);
+        gate.spike_test = true;
+        gate.spike_mean = f.spike_mean = mean;
+        gate.spike_sd = f.spike_sd = sd;
+        gate.spike_zscore = tc.spike_zscore;
+        f.window_size = window.size();
+      }
+      optim::adamw_step(model->arenas(), tc.adamw, st.lr, applied + 1, norm, skipped_dev, &gate);
+      f.report = readback.acquire();
+      copy_to_host_async(f.report, report_dev);
     }
-    synchronize(dev);
     step = this_step;
     st.ms = ms_since(t0);
-    ema_ms = step == first_step + 1 ? st.ms : 0.9 * ema_ms + 0.1 * st.ms;
     if (options.listener) options.listener->after_step(st);
+    in_flight = std::move(f);
 
-    if (st.skipped) {
-      clear_live();
-      spdlog::warn("step {}: update skipped: {} ({} in a row, {} in all)", step, st.skip_reason, consecutive, skipped);
+    const bool stop = g_stop_signal != 0;
+    const bool eval_now =
+        !options.measure_only && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
+    const bool sample_now =
+        !options.measure_only && tc.sample_every > 0 && step % tc.sample_every == 0 && rc.data.source != "synthetic";
+    const bool checkpoint_due =
+        !options.measure_only &&
+        ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps || stop);
+    if (eval_now || sample_now || checkpoint_due || stop || step == tc.steps) {
+      retire();
+      if (stop_for_skips()) break;
     }
 
-    // The metrics record and the plain progress line every log_every steps; on a terminal
-    // the live line is redrawn every step.
-    const bool log_now = step % tc.log_every == 0 || step == tc.steps;
-    if (log_now || live) {
-      const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);
-      const double mfu = peak > 0 ? flops_per_token * tok_s / peak : 0.0;
-      MemoryStats mem = memory_stats(dev);
-      if (log_now) {
-        nlohmann::ordered_json j;
-        j["type"] = "train";
-        j["step"] = step;
-        j["loss"] = st.loss;
-        j["lr"] = st.lr;
-        j["grad_norm"] = st.grad_norm;
-        j["skipped"] = st.skipped;
-        j["tokens_per_s"] = tok_s;
-        j["ms_per_step"] = st.ms;
-        j["mfu"] = mfu;
-        j["mem_in_use"] = mem.in_use;
-        j["mem_reserved"] = mem.reserved;
-        j["mem_peak"] = mem.peak;
-        metrics << j.dump() << "\n";
-        metrics.flush();
-      }
-      const double eta = ema_ms / 1000.0 * static_cast<double>(tc.steps - step);
-      char mfu_text[16] = "-";
-      if (peak > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", mfu * 100.0);
-      char line[320];
-      std::snprintf(
-          line, sizeof line,
-          "step %lld/%lld | loss %.4f | lr %.3g | gnorm %.3f | %.0f tok/s | %.1f ms/step | MFU %s | mem %s/%s | ETA %s",
-          static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, st.grad_norm, tok_s, ema_ms,
-          mfu_text, human_bytes(mem.in_use).c_str(), human_bytes(mem.reserved).c_str(), human_duration(eta).c_str());
-      if (live) std::fprintf(stderr, "\r\033[K%s", line), std::fflush(stderr);
-      else spdlog::info("{}", line);
-    }
-
-    if (st.skipped && consecutive >= tc.max_consecutive_skips) {
-      clear_live();
-      auto kept = checkpoint_list(rc.out_dir);
-      spdlog::error(
-          "stopping: {} updates skipped in a row (train.max_consecutive_skips = {}); the last good checkpoint "
-          "is {}. Lower train.lr or raise train.max_grad_norm / train.spike_zscore, then resume.",
-          consecutive, tc.max_consecutive_skips, kept.empty() ? std::string("(none)") : kept.front());
-      result = RunResult::too_many_skips;
-      break;
-    }
-
-    if (!options.measure_only && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps)) {
+    if (eval_now) {
       EvalResult ev = evaluate(*model, rc, tc.eval_batches);
       nlohmann::ordered_json j;
       j["type"] = "eval";
@@ -670,7 +793,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       spdlog::info("eval step {}: val loss {:.4f}, {} {:.3f}", step, ev.loss,
                    rc.data.source == "synthetic" && rc.data.task == "mqar" ? "MQAR accuracy" : "accuracy", ev.accuracy);
     }
-    if (!options.measure_only && tc.sample_every > 0 && step % tc.sample_every == 0 && rc.data.source != "synthetic") {
+    if (sample_now) {
       StageScope stage("sample");
       // Prompt: the start of the first validation window (the same every time).
       data::Loader val(rc.data, data::Split::val, 1, std::min<int64_t>(T, 16), tc.seed);
@@ -680,12 +803,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       spdlog::info("sample step {}: [{}] -> {}", step, decode_tokens(rc, prompt), decode_tokens(rc, out));
     }
 
-    const bool stop = g_stop_signal != 0;
     // No periodic checkpoint in the middle of a run of skipped updates: the newest one stays
     // the last good state.
-    if (!options.measure_only &&
-        ((((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || step == tc.steps) && consecutive == 0) ||
-         stop)) {
+    if (checkpoint_due && (consecutive == 0 || stop)) {
       clear_live();
       save_checkpoint();
     }
@@ -699,6 +819,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       break;
     }
   }
+  retire();
   if (live) std::fprintf(stderr, "\n");
   if (options.handle_signals) {
     std::signal(SIGINT, SIG_DFL);

@@ -2,18 +2,46 @@
 // from a checkpoint, evaluation, sampling).
 //
 // One step (stages in the launch atlas / timers in brackets):
-//   ["data"]        grad_accum micro-batches from the loader; inv_count = 1 / (valid targets
-//                   over the whole step), so the loss is the mean over the step's tokens
-//   ["zero_grad"], then per micro-batch ["data/upload"] and Model::forward_backward, whose
-//                   stages are the model's own: "fwd/...", "loss", "bwd/..." (grads +=)
-//   ["optim/clip"]  grad norm; NaN/Inf loss or norm, or a loss spike beyond
-//                   train.spike_zscore standard deviations of the last train.spike_window
-//                   losses, skips the update (counted); train.max_consecutive_skips skips in a
-//                   row stop the run, leaving the last good checkpoint as it was
-//   ["optim/adamw"] AdamW at lr_at(schedule, step)
+//   ["data"]        grad_accum micro-batches from the loader, which writes them (on its
+//                   prefetch thread) into host staging slots: pinned memory on CUDA
+//                   (engine/staging.h); inv_count = 1 / (valid targets over the whole step),
+//                   so the loss is the mean over the step's tokens
+//   ["zero_grad"], then per micro-batch ["data/upload"] (an asynchronous copy from the
+//                   pinned slot on the compute stream; the slot is reused only once that copy
+//                   has run) and Model::forward_backward, whose stages are the model's own:
+//                   "fwd/...", "loss", "bwd/..." (grads +=)
+//   ["optim/clip"]  grad norm (on the device)
+//   ["optim/adamw"] AdamW at lr_at(schedule, step), gated on the device (optim::StepGate): a
+//                   NaN/Inf loss or norm, or a loss spike beyond train.spike_zscore standard
+//                   deviations of the last train.spike_window losses of applied updates,
+//                   skips the update; then the step's loss, grad norm and skip code are
+//                   copied (asynchronously) into pinned host memory
 //   ["eval"]        every train.eval_every steps: validation loss (+ accuracy; on MQAR the
 //                   recall accuracy) over train.eval_batches fresh validation batches
 //   ["checkpoint"]  every train.checkpoint_every steps and at the end
+//
+// Synchronisation. The host does not wait for the device inside a step: it reads a step's
+// scalars (its "result": loss, grad norm, skip code) one step late, in the next step after
+// that step's forward and backward are enqueued and before its AdamW is, so the device
+// always has a step's work queued while the host waits. That is where the skip counters,
+// the count of applied updates (AdamW's t), the spike window, the skip warning, the progress
+// line and the metrics.jsonl record of a step are updated. The spike test of step s uses
+// the window as of step s - 1, exactly as if the host had read every step at once: the mean
+// and the standard deviation go to the device with the z-score threshold, and the test
+// (loss - mean) / sd > z runs there in f64. So the decisions, the counters and every
+// checkpoint are the same as with a read per step, and resume on the CPU stays exact.
+// The host waits for the current step's result (a sync) only where it needs it: before an
+// evaluation, a sample, a checkpoint, at the end of the run, after SIGINT / SIGTERM, and at
+// the start of a step when the skips in a row known so far are one short of
+// train.max_consecutive_skips (so the run stops right after the step that reaches the limit,
+// with no step begun after it; skips are rare, so this costs nothing otherwise).
+// Skips in a row reaching train.max_consecutive_skips stop the run (RunResult::
+// too_many_skips), leaving the last good checkpoint as it was (no periodic checkpoint is
+// written while a run of skips is going on).
+// Fault injection: LINTRAIN_INJECT_NONFINITE="3,7,10..12" (read once per process) sets the
+// loss of those steps to NaN on the device after their backward, so the update is skipped
+// through the device-side gate exactly as for a real NaN; a warning at the start says so.
+// A bad list is a ConfigError naming the variable.
 // SIGINT / SIGTERM: the current step finishes, a checkpoint is written, the run returns
 // `interrupted` (exit 0) after saying how to resume.
 // Output folder: config.json (the effective config), metrics.jsonl (one JSON object per
@@ -35,24 +63,36 @@
 
 namespace lt::train {
 
-// What one step did, handed to the step listener after the step.
+// What one step did, handed to the step listener.
 struct StepStats {
-  int64_t step = 0;   // 1-based number of the step just finished
-  double loss = 0.0;  // mean token loss of the step
+  int64_t step = 0;  // 1-based number of the step
   double lr = 0.0;
+  double ms = 0.0;     // host wall time of the step, from its start to its work enqueued
+                       // (it includes the wait for the previous step's result, so in a
+                       // steady run it is the step's period)
+  int64_t tokens = 0;  // tokens processed (B * T * grad_accum)
+  // The step's result, read from the device one step late (see the header comment):
+  // filled when has_result; in after_step it is not (NaN, NaN, false, "").
+  bool has_result = false;
+  double loss = 0.0;       // mean token loss of the step
   double grad_norm = 0.0;  // before clipping
   bool skipped = false;
   std::string skip_reason;  // "non-finite loss", "loss spike (z = 7.1)", ...
-  double ms = 0.0;          // wall time of the step
-  int64_t tokens = 0;       // tokens processed (B * T * grad_accum)
 };
 
-// Hooks around every step, for the per-stage timers (and anything else that must see
-// step boundaries). Called on the training thread.
+// Hooks around every step, for the per-stage timers (and anything else that must see step
+// boundaries). Called on the training thread, in step order:
+//   before_step(s)  the step is about to run;
+//   after_step(st)  all of step s's work is enqueued (its stages are closed); the device may
+//                   still be running it; st.has_result is false;
+//   step_result(st) step s's result has been read (st.has_result): at the latest in step
+//                   s + 1 (before its AdamW), earlier at a sync point; every step whose
+//                   after_step was called gets its step_result before the run returns.
 struct StepListener {
   virtual ~StepListener() = default;
   virtual void before_step(int64_t step) { (void)step; }  // step: 1-based, about to run
   virtual void after_step(const StepStats& stats) { (void)stats; }
+  virtual void step_result(const StepStats& stats) { (void)stats; }
 };
 
 // The step now running (1-based; 0 outside training). Readable from any thread (the

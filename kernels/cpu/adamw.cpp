@@ -36,7 +36,18 @@ void update_loop(const AdamWParams& p) {
   const double norm = static_cast<double>(*static_cast<const T*>(p.norm));
   T* params = static_cast<T*>(p.params);
   bfloat16* shadow = static_cast<bfloat16*>(p.shadow);
-  if (!std::isfinite(norm)) {
+  const double loss = p.loss ? static_cast<double>(*static_cast<const T*>(p.loss)) : std::nan("");
+  SkipCode code = SkipCode::applied;
+  if (p.loss && !std::isfinite(loss)) code = SkipCode::nonfinite_loss;
+  else if (!std::isfinite(norm)) code = SkipCode::nonfinite_norm;
+  else if (p.spike_test && p.spike_sd > 0.0 && (loss - p.spike_mean) / p.spike_sd > p.spike_zscore)
+    code = SkipCode::loss_spike;
+  if (p.report) {
+    p.report[0] = loss;
+    p.report[1] = norm;
+    p.report[2] = static_cast<double>(code);
+  }
+  if (code != SkipCode::applied) {
     *p.skipped += 1;
     if (shadow)
       for (int64_t i = 0; i < p.n; ++i) shadow[i] = bfloat16(static_cast<float>(params[i]));

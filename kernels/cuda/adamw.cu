@@ -8,8 +8,9 @@
 //                         ordered sum over the 8 warps give partials[b].
 //   sum_squares_finish    one block: thread t sums partials t, t + 256, ... in order, the same
 //                         fixed tree combines them; norm = sqrt, rounded to the dtype.
-// update, one launch: every thread reads the norm from device memory; a non-finite norm makes
-//   global thread 0 increment *skipped (the only writer) and leaves params and moments alone
+// update, one launch: every thread reads the norm (and the loss, when gated) from device memory
+//   and computes the skip code; global thread 0 writes the report, and on a skip increments
+//   *skipped (the only writer); a skip leaves params and moments alone
 //   (the bf16 shadow is still rewritten from params). Otherwise a grid-stride loop applies the
 //   update, four elements per iteration with 16-byte loads and stores when every arena is
 //   16-byte aligned (8 bytes for the shadow). f32 arenas compute in f32, f64 in f64.
@@ -115,8 +116,22 @@ __global__ void adamw_update(AdamWParams p) {
   using C = compute_t<T>;
   T* params = static_cast<T*>(p.params);
   bfloat16* shadow = static_cast<bfloat16*>(p.shadow);
-  const C norm = static_cast<C>(*static_cast<const T*>(p.norm));
-  if (!isfinite(norm)) {
+  const T norm_t = *static_cast<const T*>(p.norm);
+  const C norm = static_cast<C>(norm_t);
+  // The skip code (kernels/adamw.h), the same in every thread; the spike test in f64.
+  const double loss =
+      p.loss ? static_cast<double>(*static_cast<const T*>(p.loss)) : __longlong_as_double(0x7ff8000000000000ll);
+  SkipCode code = SkipCode::applied;
+  if (p.loss && !isfinite(loss)) code = SkipCode::nonfinite_loss;
+  else if (!isfinite(norm)) code = SkipCode::nonfinite_norm;
+  else if (p.spike_test && p.spike_sd > 0.0 && __ddiv_rn(__dsub_rn(loss, p.spike_mean), p.spike_sd) > p.spike_zscore)
+    code = SkipCode::loss_spike;
+  if (p.report && global_thread() == 0) {
+    p.report[0] = loss;
+    p.report[1] = static_cast<double>(norm_t);
+    p.report[2] = static_cast<double>(static_cast<int32_t>(code));
+  }
+  if (code != SkipCode::applied) {
     if (global_thread() == 0) *p.skipped += 1;
     if (shadow)
       for (int64_t i = global_thread(); i < p.n; i += grid_threads())

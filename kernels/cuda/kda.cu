@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/mma.cuh"
 #include "kernels/kda.h"
 #include "kernels/kda_blocks.h"
 #include "kernels/launch.h"
@@ -38,13 +39,7 @@ struct CudaBlk {
   __device__ void acquire() { __threadfence(); }
   __device__ float load_cg(const float* p) { return __ldcg(p); }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-  __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
+  __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
 };
 
 // A block of a thread-block cluster (the split inter adjoint): cluster barrier and the

@@ -181,7 +181,7 @@ TEST_CASE("where selects with broadcasting", "[engine]") {
 TEST_CASE("reductions: sum, max, mean along a dim, sum_all, sum_to", "[engine]") {
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     Tensor x = test::random_tensor({3, 4, 300}, 31, dt).transpose(1, 2);  // [3, 300, 4] strided
-    const Shape sh = x.shape();
+    const Shape& sh = x.shape();
     const std::vector<double> xv = x.to_vector();
     for (int64_t d = 0; d < 3; ++d) {
       for (bool keep : {false, true}) {
@@ -239,7 +239,7 @@ TEST_CASE("reductions: sum, max, mean along a dim, sum_all, sum_to", "[engine]")
 TEST_CASE("cumsum forward and reverse along any dim", "[engine]") {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor x = test::random_tensor({4, 5, 6}, 51, dt).permute({2, 0, 1});  // [6, 4, 5] strided
-    const Shape sh = x.shape();
+    const Shape& sh = x.shape();
     const std::vector<double> xv = x.to_vector();
     for (int64_t d = 0; d < 3; ++d) {
       for (bool rev : {false, true}) {

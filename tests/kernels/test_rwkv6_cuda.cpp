@@ -1,4 +1,4 @@
-// RWKV6 CUDA kernels (kernels/cuda/rwkv6.cu) against the float64 naive recurrence on fresh
+// RWKV6 CUDA kernels (kernels/cuda/rwkv6/) against the float64 naive recurrence on fresh
 // random inputs (fla-style: r, k, v, u ~ randn, w = logsigmoid(randn), -exp(randn) or the
 // strong -exp(randn + 1.5)), every output and gradient NaN-poisoned before each run. Shapes
 // cover D = 64, 128, 256, a partial last chunk, chunks 16/32/64, an initial state, a

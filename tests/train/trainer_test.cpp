@@ -372,3 +372,110 @@ TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at 
   CHECK(fs::path(*latest).filename() == lt::train::checkpoint_dir_name(last - 3));
   CHECK_THAT(r.err, Catch::Contains(*latest));
 }
+
+namespace {
+
+// LINTRAIN_INJECT_NONFINITE for the trainer processes a test starts.
+struct InjectNonfinite {
+  explicit InjectNonfinite(const char* steps) { ::setenv("LINTRAIN_INJECT_NONFINITE", steps, 1); }
+  ~InjectNonfinite() { ::unsetenv("LINTRAIN_INJECT_NONFINITE"); }
+  InjectNonfinite(const InjectNonfinite&) = delete;
+  InjectNonfinite& operator=(const InjectNonfinite&) = delete;
+};
+
+std::vector<nlohmann::json> records_of(const std::string& metrics, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) {
+      auto j = nlohmann::json::parse(line);
+      if (j.value("type", "") == type) out.push_back(j);
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("trainer: an injected non-finite loss skips that update on the device, counted; the run finishes",
+          "[trainer][train][skip]") {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  write_text(tmp / "c.json", tiny_config(out, 6, 1));
+  InjectNonfinite inject("4");
+  auto r = run_trainer({"--config", tmp / "c.json", "--set", "train.eval_every=1"}, tmp.path.string(), "inject1");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Catch::Contains("LINTRAIN_INJECT_NONFINITE: the loss of step(s) 4"));
+  CHECK_THAT(r.err, Catch::Contains("step 4: update skipped: non-finite loss (1 in a row, 1 in all)"));
+  CHECK_THAT(r.err, Catch::Contains("done: 6 steps (1 updates skipped)"));
+  auto recs = records_of(out + "/metrics.jsonl", "train");
+  REQUIRE(recs.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    INFO("step " << i + 1);
+    CHECK(recs[i]["step"] == static_cast<int64_t>(i + 1));
+    CHECK(recs[i]["skipped"] == (i == 3));
+    CHECK(recs[i]["skipped_total"] == (i >= 3 ? 1 : 0));
+    if (i == 3) CHECK(recs[i]["loss"].is_null());  // NaN is written as null
+    else CHECK(std::isfinite(recs[i]["loss"].get<double>()));
+    CHECK(std::isfinite(recs[i]["grad_norm"].get<double>()));  // only the loss was made NaN
+  }
+  // The weights are unchanged by step 4: the evaluation after it (the same validation
+  // batches every time) gives the bits of the one after step 3; step 5 updates again.
+  auto evals = records_of(out + "/metrics.jsonl", "eval");
+  REQUIRE(evals.size() == 6);
+  CHECK(evals[3]["val_loss"].get<double>() == evals[2]["val_loss"].get<double>());
+  CHECK(evals[4]["val_loss"].get<double>() != evals[3]["val_loss"].get<double>());
+  CHECK(evals[2]["val_loss"].get<double>() != evals[1]["val_loss"].get<double>());
+  // No checkpoint in the middle of a run of skips; the later ones count the skip.
+  CHECK_FALSE(fs::exists(out + "/step-00000004"));
+  auto ck = lt::train::checkpoint_load(out + "/step-00000006");
+  CHECK(ck.loop_state["applied"] == 5);
+  CHECK(ck.loop_state["skipped"] == 1);
+  CHECK(ck.loop_state["consecutive_skips"] == 0);
+}
+
+TEST_CASE("trainer: max_consecutive_skips injected non-finite steps stop the run at the last good checkpoint",
+          "[trainer][train][skip]") {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  write_text(tmp / "c.json", tiny_config(out, 10, 1, R"(, "max_consecutive_skips": 3)"));
+  InjectNonfinite inject("3..5");
+  auto r = run_trainer({"--config", tmp / "c.json"}, tmp.path.string(), "inject3");
+  INFO(r.err);
+  CHECK(r.rc == 3);
+  CHECK_THAT(r.err, Catch::Contains("step 5: update skipped: non-finite loss (3 in a row, 3 in all)"));
+  CHECK_THAT(r.err, Catch::Contains("stopping: 3 updates skipped in a row (train.max_consecutive_skips = 3)"));
+  auto recs = records_of(out + "/metrics.jsonl", "train");
+  REQUIRE(recs.size() == 5);  // no step is begun after the one that reached the limit
+  for (size_t i = 0; i < 5; ++i) CHECK(recs[i]["skipped"] == (i >= 2));
+  CHECK(recs.back()["skipped_total"] == 3);
+  // The newest checkpoint is step 2's, named in the message; it verifies and loads.
+  auto latest = lt::train::checkpoint_find_latest(out);
+  REQUIRE(latest.has_value());
+  CHECK(fs::path(*latest).filename() == "step-00000002");
+  CHECK_THAT(r.err, Catch::Contains(*latest));
+  CHECK(lt::train::checkpoint_verify(*latest).empty());
+  auto loaded = lt::train::load_model_from_checkpoint(*latest, "cpu", true);
+  CHECK(loaded.checkpoint.loop_state["step"] == 2);
+  CHECK(loaded.checkpoint.loop_state["skipped"] == 0);
+  auto ev = lt::train::evaluate(*loaded.model, loaded.config, 2);
+  CHECK(std::isfinite(ev.loss));
+  // Resuming repeats the injected steps (the variable still lists them) and stops again.
+  auto r2 = run_trainer({"--config", tmp / "c.json"}, tmp.path.string(), "inject3b");
+  CHECK(r2.rc == 3);
+  CHECK_THAT(r2.err, Catch::Contains("resumed from") && Catch::Contains("step-00000002"));
+}
+
+TEST_CASE("trainer: a bad LINTRAIN_INJECT_NONFINITE exits 2 naming it and writes nothing", "[trainer][cli][skip]") {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  write_text(tmp / "c.json", tiny_config(out, 3));
+  for (const char* bad : {"3,x", "0", "5..2", "-1"}) {
+    INFO(bad);
+    InjectNonfinite inject(bad);
+    auto r = run_trainer({"--config", tmp / "c.json"}, tmp.path.string(), "badinject");
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Catch::Contains("LINTRAIN_INJECT_NONFINITE '") && Catch::Contains("bad item"));
+    CHECK(is_empty_or_absent(out));
+  }
+}

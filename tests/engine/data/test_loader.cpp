@@ -1,6 +1,7 @@
 // Data loader: determinism by seed, MQAR structure, the byte stream's regularities, text
 // and token-shard windows and splits, one error per bad input, exact resume from state(),
-// and identical batches with and without prefetching.
+// and identical batches with and without prefetching, and with staging (slots of a host
+// staging ring written by the prefetch thread, uploaded through data::upload).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -53,9 +54,12 @@ std::vector<Batch> draw(Loader& l, int n) {
   return out;
 }
 
+// Compares the rows wherever they are held (vectors, or a staging slot).
 bool same(const Batch& a, const Batch& b) {
-  return a.B == b.B && a.T == b.T && a.tokens == b.tokens && a.targets == b.targets &&
-         a.valid_targets == b.valid_targets;
+  if (a.B != b.B || a.T != b.T || a.valid_targets != b.valid_targets) return false;
+  const size_t n = static_cast<size_t>(a.B * a.T);
+  return a.token_data() && b.token_data() && std::equal(a.token_data(), a.token_data() + n, b.token_data()) &&
+         std::equal(a.target_data(), a.target_data() + n, b.target_data());
 }
 bool same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   if (a.size() != b.size()) return false;
@@ -461,4 +465,53 @@ TEST_CASE("data: prefetching does not change the batches", "[data]") {
     CHECK(same(draw(far_ahead, 20), want));
     CHECK(ahead.state() == inline_loader.state());
   }
+}
+
+TEST_CASE("data: a staging loader writes the same batches into staging slots; upload returns the slots",
+          "[data][staging]") {
+  for (DataConfig c : {synthetic("mqar", 128), synthetic("bytes", 256)}) {
+    for (int prefetch : {0, 2}) {
+      INFO(c.task << " prefetch " << prefetch);
+      c.prefetch = prefetch;
+      Loader plain(c, Split::train, 3, 40, 5);
+      Loader staged(c, Split::train, 3, 40, 5, data::Staging{Device::cpu(), 3});
+      REQUIRE(staged.staging() != nullptr);
+      CHECK(plain.staging() == nullptr);
+      const auto want = draw(plain, 12);
+      for (int i = 0; i < 12; ++i) {
+        Batch b = staged.next();
+        REQUIRE(b.staged);
+        CHECK(b.tokens.empty());
+        CHECK(same(b, want[static_cast<size_t>(i)]));
+        data::DeviceBatch d = data::upload(b, Device::cpu());
+        CHECK_FALSE(b.staged);  // the slot went back with the copy
+        REQUIRE(d.tokens.shape() == Shape{3, 40});
+        REQUIRE(d.targets.shape() == Shape{3, 40});
+        const auto& w = want[static_cast<size_t>(i)];
+        std::vector<double> tok = d.tokens.to_vector(), tgt = d.targets.to_vector();
+        CHECK(std::equal(tok.begin(), tok.end(), w.tokens.begin()));
+        CHECK(std::equal(tgt.begin(), tgt.end(), w.targets.begin()));
+      }
+      CHECK(staged.state() == plain.state());
+      // Nothing held beyond the queue and the slot being filled: the ring did not grow.
+      CHECK(staged.staging()->stats().grown == 0);
+      // Uploading again is an error, not stale data.
+      Batch b = staged.next();
+      data::upload(b, Device::cpu());
+      CHECK_THROWS_WITH(data::upload(b, Device::cpu()), Contains("holds no data"));
+    }
+  }
+  // A consumer that keeps more batches than there are slots: the ring grows instead of
+  // blocking, and restore() still continues exactly.
+  DataConfig c = synthetic("mqar", 64, 2);
+  Loader plain(c, Split::train, 2, 40, 8);
+  Loader staged(c, Split::train, 2, 40, 8, data::Staging{Device::cpu(), 2});
+  const auto want = draw(plain, 10);
+  const auto kept = draw(staged, 10);
+  CHECK(same(kept, want));
+  CHECK(staged.staging()->stats().grown > 0);
+  const nlohmann::json saved = plain.state();
+  const auto more = draw(plain, 3);
+  staged.restore(saved);
+  CHECK(same(draw(staged, 3), more));
 }

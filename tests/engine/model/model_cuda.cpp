@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/ops.h"
 #include "tests/support/compare.h"
+#include "tests/support/model_testing.h"
 
 using lt::Device;
 using lt::DType;
@@ -32,15 +33,6 @@ ModelConfig cuda_config(Arch arch, Precision p) {
   c.chunk = 64;
   c.precision = p;
   return c;
-}
-
-Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored) {
-  const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
-  std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i)
-    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
-  for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
-  return Tensor::from_vector(ids, {B, T}, DType::i32);
 }
 
 // max |a - b| / max |ref| over the tensor (inf on a NaN).
@@ -93,8 +85,8 @@ void check_cuda_steps(Arch arch) {
     weights = init.arenas().params.clone();
   }
   const int64_t B = 2, T = 100;  // two chunks, the second partial
-  const Tensor tokens = random_ids(B, T, c32.vocab_size, 1, 0);
-  const Tensor targets = random_ids(B, T, c32.vocab_size, 2, 5);
+  const Tensor tokens = lt::test::random_ids(B, T, c32.vocab_size, 1, 0);
+  const Tensor targets = lt::test::random_ids(B, T, c32.vocab_size, 2, 5);
   const double inv_count = 1.0 / static_cast<double>(B * T - 5);
 
   const StepResult cpu = step(c32, Device::cpu(), weights, tokens, targets, inv_count, 1);

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,86 +17,21 @@
 #include "engine/model/model.h"
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
-#include "tests/engine/model/fla_state_dict_tiny.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/model_testing.h"
 
 using lt::Device;
 using lt::DType;
 using lt::Shape;
 using lt::Tensor;
 using namespace lt::model;
+using lt::test::fla_listing;
+using lt::test::FlaListed;
+using lt::test::random_ids;
+using lt::test::small_model_config;
+using lt::test::tiny_fla_config;
 
 namespace {
-
-struct ListedTensor {
-  std::string name;
-  Shape shape;
-  double mean = 0, std = 0, min = 0, max = 0;
-};
-
-// One section ("KDAForCausalLM" / "RWKV6ForCausalLM") of the fla listing.
-std::vector<ListedTensor> fla_listing(const std::string& section) {
-  std::istringstream in(lt::test::kFlaStateDictTiny);
-  std::string line;
-  std::vector<ListedTensor> out;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (line.find(' ') == std::string::npos) {
-      inside = line == section;
-      continue;
-    }
-    if (!inside) continue;
-    ListedTensor t;
-    const size_t open = line.find('('), close = line.find(')');
-    t.name = line.substr(0, open - 1);
-    std::string dims = line.substr(open + 1, close - open - 1);
-    std::istringstream ds(dims);
-    std::string tok;
-    while (std::getline(ds, tok, ','))
-      if (tok.find_first_not_of(' ') != std::string::npos) t.shape.push_back(std::stoll(tok));
-    std::istringstream rest(line.substr(close + 1));
-    std::string dtype;
-    rest >> dtype >> t.mean >> t.std >> t.min >> t.max;
-    out.push_back(t);
-  }
-  return out;
-}
-
-ModelConfig tiny_fla_config(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 1000;
-  c.hidden_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.head_dim = arch == Arch::kda ? 64 : 32;
-  return c;
-}
-
-// The gradient-check model: small enough that a loss evaluation takes about a millisecond.
-ModelConfig grad_config() {
-  ModelConfig c;
-  c.arch = Arch::kda;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 48;
-  c.chunk = 16;
-  return c;
-}
-
-// Token ids uniform in [0, V); targets the same, with `ignored` positions set to -100.
-Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored = 0) {
-  const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
-  std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i)
-    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
-  for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
-  return Tensor::from_vector(ids, {B, T}, DType::i32);
-}
 
 double sample_mean(const std::vector<double>& v) {
   double s = 0;
@@ -138,7 +72,7 @@ TEST_CASE("model config: fla's size and epsilon rules, names", "[model]") {
 
 TEST_CASE("model: KDA parameter names and shapes are fla's", "[model]") {
   Model m(tiny_fla_config(Arch::kda), Device::cpu());
-  const std::vector<ListedTensor> listed = fla_listing("KDAForCausalLM");
+  const std::vector<FlaListed> listed = fla_listing("KDAForCausalLM");
   const std::vector<lt::io::NamedTensor> ours = m.named_params();
   REQUIRE(listed.size() == 45);
   REQUIRE(ours.size() == listed.size());
@@ -184,10 +118,10 @@ TEST_CASE("model: tied embeddings drop lm_head.weight", "[model]") {
 TEST_CASE("model: KDA initial values follow fla's initialisation", "[model][init]") {
   Model m(tiny_fla_config(Arch::kda), Device::cpu());
   m.init_weights(1234);
-  const std::vector<ListedTensor> listed = fla_listing("KDAForCausalLM");
+  const std::vector<FlaListed> listed = fla_listing("KDAForCausalLM");
   const double ln16 = std::log(16.0);
   const double dt_lo = inv_softplus(1e-3), dt_hi = inv_softplus(0.1);
-  for (const ListedTensor& l : listed) {
+  for (const FlaListed& l : listed) {
     INFO(l.name);
     const std::vector<double> v = m.param(l.name).to_vector();
     const double n = static_cast<double>(v.size());
@@ -275,17 +209,12 @@ TEST_CASE("init: orthogonal and xavier_uniform", "[model][init]") {
 }
 
 TEST_CASE("model: float64 finite differences of the loss match every parameter gradient", "[model][gradcheck]") {
-  const ModelConfig c = grad_config();
+  const ModelConfig c = small_model_config(Arch::kda);
   Model m(c, Device::cpu(), DType::f64);
   m.init_weights(42);
-  // Scale the initial values up so that every path carries signal: N(0, 0.02) weights make
-  // the blocks nearly the identity, and gradients of the inner parameters tiny.
-  for (const ParamSpec& s : m.specs()) {
-    Tensor p = m.param(s.name);
-    if (s.init == Init::normal) p.copy_(lt::ops::mul_scalar(p, 12.0));
-    if (s.init == Init::ones || s.init == Init::zeros)  // non-trivial norm weights and gate bias
-      p.copy_(lt::ops::add(p, lt::ops::mul_scalar(lt::ops::randn(s.shape, 99, 0, DType::f64), 0.3)));
-  }
+  // Scale the initial values up so that every path carries signal; non-trivial norm weights
+  // and gate bias.
+  lt::test::perturb_params(m, {.normal = 12.0, .constant_noise = 0.3});
   const int64_t B = 2, T = 20;  // chunk 16: one full and one partial chunk
   const Tensor tokens = random_ids(B, T, c.vocab_size, 5);
   const Tensor targets = random_ids(B, T, c.vocab_size, 6, /*ignored=*/3);
@@ -313,7 +242,7 @@ TEST_CASE("model: float64 finite differences of the loss match every parameter g
 }
 
 TEST_CASE("model: tied embeddings: the embedding's gradient holds both uses", "[model][gradcheck]") {
-  ModelConfig c = grad_config();
+  ModelConfig c = small_model_config(Arch::kda);
   c.tie_embeddings = true;
   c.num_layers = 1;
   Model m(c, Device::cpu(), DType::f64);
@@ -336,7 +265,7 @@ TEST_CASE("model: tied embeddings: the embedding's gradient holds both uses", "[
 TEST_CASE("model: a CPU training step is bit-reproducible and makes no host malloc after the first", "[model]") {
   // Full steps: forward, loss, backward, global grad norm, AdamW (loss and parameters change
   // from step to step); two runs from the same seed agree bit for bit.
-  ModelConfig c = grad_config();
+  ModelConfig c = small_model_config(Arch::kda);
   c.hidden_size = 64;
   c.num_heads = 4;
   const int64_t B = 2, T = 40;
@@ -379,7 +308,7 @@ TEST_CASE("model: a CPU training step is bit-reproducible and makes no host mall
 }
 
 TEST_CASE("model: bad inputs name what is wrong", "[model]") {
-  ModelConfig c = grad_config();
+  ModelConfig c = small_model_config(Arch::kda);
   Model m(c, Device::cpu());
   Tensor loss = Tensor::zeros({});
   const Tensor tokens = random_ids(2, 8, c.vocab_size, 1);
@@ -395,7 +324,7 @@ TEST_CASE("model: bad inputs name what is wrong", "[model]") {
 }
 
 TEST_CASE("model: parameters round-trip through safetensors under fla's names", "[model]") {
-  const ModelConfig c = grad_config();
+  const ModelConfig c = small_model_config(Arch::kda);
   Model a(c, Device::cpu());
   a.init_weights(77);
   const std::string path =
@@ -419,13 +348,10 @@ TEST_CASE("model: parameters round-trip through safetensors under fla's names", 
 }
 
 TEST_CASE("model: next-token logits agree with the evaluation loss at the last position", "[model]") {
-  const ModelConfig c = grad_config();
+  const ModelConfig c = small_model_config(Arch::kda);
   Model m(c, Device::cpu(), DType::f64);
   m.init_weights(31);
-  for (const ParamSpec& s : m.specs()) {
-    Tensor p = m.param(s.name);
-    if (s.init == Init::normal) p.copy_(lt::ops::mul_scalar(p, 10.0));
-  }
+  lt::test::perturb_params(m, {.normal = 10.0});
   const int64_t B = 3, T = 9, V = c.vocab_size;
   const Tensor tokens = random_ids(B, T, V, 40);
   // Only the last position of each row has a target.
@@ -458,7 +384,7 @@ TEST_CASE("model: next-token logits agree with the evaluation loss at the last p
 TEST_CASE("model: the fused mixer path (its CPU twins) gives the ops path's step", "[model]") {
   // The path CUDA takes by default, run through the CPU twins of its kernels: same loss and
   // gradients as the ops path to fp32 rounding.
-  ModelConfig c = grad_config();
+  ModelConfig c = small_model_config(Arch::kda);
   c.hidden_size = 64;
   c.num_heads = 1;
   c.head_dim = 64;              // the fused kernels' head size
@@ -471,10 +397,7 @@ TEST_CASE("model: the fused mixer path (its CPU twins) gives the ops path's step
     c.mixer_path = path;
     Model m(c, Device::cpu());
     m.init_weights(13);
-    for (const ParamSpec& s : m.specs()) {
-      Tensor p = m.param(s.name);
-      if (s.init == Init::normal) p.copy_(lt::ops::mul_scalar(p, 10.0));
-    }
+    lt::test::perturb_params(m, {.normal = 10.0});
     Tensor loss = Tensor::zeros({});
     m.zero_grad();
     m.forward_backward(tokens, targets, 1.0 / (B * T - 2), loss);

@@ -6,37 +6,13 @@
 
 #include "engine/model/model.h"
 #include "engine/ops.h"
+#include "tests/support/model_testing.h"
 
 using lt::Device;
 using lt::DType;
 using lt::Tensor;
 using namespace lt::model;
-
-namespace {
-
-Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, int ignored = 0) {
-  const std::vector<double> u = lt::ops::rand({B * T}, seed, 0, DType::f64).to_vector();
-  std::vector<int64_t> ids(u.size());
-  for (size_t i = 0; i < u.size(); ++i)
-    ids[i] = std::min<int64_t>(V - 1, static_cast<int64_t>(u[i] * static_cast<double>(V)));
-  for (int i = 0; i < ignored; ++i) ids[(static_cast<size_t>(i) * 7 + 3) % ids.size()] = -100;
-  return Tensor::from_vector(ids, {B, T}, DType::i32);
-}
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.arch = Arch::kda;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 48;
-  c.chunk = 16;
-  return c;
-}
-
-}  // namespace
+using lt::test::random_ids;
 
 TEST_CASE("model: the bf16 mode's step stays within bf16 rounding of the fp32 step", "[model]") {
   // bf16 rounds activations and GEMM operands to 8 significant bits (relative 2^-9), and the
@@ -44,7 +20,7 @@ TEST_CASE("model: the bf16 mode's step stays within bf16 rounding of the fp32 st
   // worst gradient tensor of this model is 2.1e-2 of its largest element away from fp32
   // (A_log); the loss, near ln V with the small logits of a fresh model, 1e-7 relative.
   // Gates: loss 1e-2 relative, every gradient 5e-2 of its largest element.
-  ModelConfig c = small_config();
+  ModelConfig c = lt::test::small_model_config(Arch::kda);
   const int64_t B = 2, T = 20;
   const Tensor tokens = random_ids(B, T, c.vocab_size, 21);
   const Tensor targets = random_ids(B, T, c.vocab_size, 22, 2);
@@ -77,7 +53,7 @@ TEST_CASE("model: the bf16 mode's step stays within bf16 rounding of the fp32 st
 
 TEST_CASE("model: the tf32 mode rounds GEMM operands to TF32 and restores the switch", "[model]") {
   // TF32 keeps 10 mantissa bits (relative 2^-11 per operand); the CPU emulates it.
-  ModelConfig c = small_config();
+  ModelConfig c = lt::test::small_model_config(Arch::kda);
   const int64_t B = 2, T = 20;
   const Tensor tokens = random_ids(B, T, c.vocab_size, 23);
   const Tensor targets = random_ids(B, T, c.vocab_size, 24, 1);
@@ -105,7 +81,7 @@ TEST_CASE("model: the tf32 mode rounds GEMM operands to TF32 and restores the sw
   CHECK(diff <= 1e-2 * scale);
   CHECK(std::fabs(ltf.item() - l32.item()) < 1e-3 * std::fabs(l32.item()));
   // The fp32 step under the TF32 switch equals the fp32 step without it (the mode decides).
-  Model again(small_config(), Device::cpu());
+  Model again(lt::test::small_model_config(Arch::kda), Device::cpu());
   again.arenas().params.copy_(m32.arenas().params);
   again.zero_grad();
   Tensor la = Tensor::zeros({});

@@ -11,82 +11,31 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/model/blocks.h"
 #include "engine/model/params.h"
 #include "engine/ops.h"
-#include "tests/engine/model/fla_state_dict_tiny.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/model_testing.h"
 
 using lt::DType;
 using lt::Shape;
 using lt::Tensor;
 using namespace lt::model;
 
-namespace {
-
-struct Listed {
-  std::string name;  // relative to "model.layers.{layer}."
-  Shape shape;
-  double mean = 0, std = 0, min = 0, max = 0;
-};
-
-// The listing's rows of one layer of RWKV6ForCausalLM, in order.
-std::vector<Listed> fla_rwkv6_layer(int layer) {
-  std::istringstream in(lt::test::kFlaStateDictTiny);
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  std::string line;
-  std::vector<Listed> out;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (line.find(' ') == std::string::npos) {
-      inside = line == "RWKV6ForCausalLM";
-      continue;
-    }
-    if (!inside || line.rfind(prefix, 0) != 0) continue;
-    Listed t;
-    const size_t open = line.find('('), close = line.find(')');
-    t.name = line.substr(prefix.size(), open - 1 - prefix.size());
-    std::istringstream ds(line.substr(open + 1, close - open - 1));
-    std::string tok;
-    while (std::getline(ds, tok, ','))
-      if (tok.find_first_not_of(' ') != std::string::npos) t.shape.push_back(std::stoll(tok));
-    std::istringstream rest(line.substr(close + 1));
-    std::string dtype;
-    rest >> dtype >> t.mean >> t.std >> t.min >> t.max;
-    out.push_back(t);
-  }
-  return out;
-}
-
-// fla's tiny RWKV6 model: d 256, 4 heads, expand_k 1/2 (head_dim 32), R 32, gate rank 64.
-ModelConfig tiny_fla_config() {
-  ModelConfig c;
-  c.arch = Arch::rwkv6;
-  c.vocab_size = 1000;
-  c.hidden_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.head_dim = 32;
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("rwkv6 block specs: fla's names, order, shapes and initialisations (tiny listing)", "[model][rwkv6]") {
-  const ModelConfig cfg = tiny_fla_config();
+  const ModelConfig cfg = lt::test::tiny_fla_config(Arch::rwkv6);
   for (int layer = 0; layer < 2; ++layer) {
     const std::vector<ParamSpec> specs = rwkv6_block_specs(cfg, layer);
-    const std::vector<Listed> listed = fla_rwkv6_layer(layer);
+    const std::vector<lt::test::FlaListed> listed =
+        lt::test::fla_listing("RWKV6ForCausalLM", "model.layers." + std::to_string(layer) + ".");
     REQUIRE(listed.size() == (layer == 0 ? 26u : 24u));
     REQUIRE(specs.size() == listed.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       const ParamSpec& s = specs[i];
-      const Listed& l = listed[i];
+      const lt::test::FlaListed& l = listed[i];
       INFO("layer " << layer << " " << l.name);
       CHECK(s.name == l.name);
       CHECK(s.shape == l.shape);
@@ -118,41 +67,21 @@ TEST_CASE("rwkv6 block specs: fla's names, order, shapes and initialisations (ti
 
 namespace {
 
-// A block's parameters (random, non-zero), zero-free gradient buffers prefilled with a
-// constant (so the check sees += rather than =), in float64 on the CPU.
+// A block's parameters (random, non-zero: lt::test::random_block_params) and gradient
+// buffers prefilled with a constant (so the check sees += rather than =), in float64 on the CPU.
 struct BlockParams {
   ParamMap w, g;
   std::vector<ParamSpec> specs;
   static constexpr double kGradPrefill = 0.25;
 
-  BlockParams(const ModelConfig& cfg, int layer, uint64_t seed) : specs(rwkv6_block_specs(cfg, layer)) {
-    uint64_t off = 0;
-    for (const ParamSpec& s : specs) {
-      const double n = static_cast<double>(lt::shape_numel(s.shape));
-      Tensor p = lt::ops::randn(s.shape, seed, off, DType::f64);
-      off += static_cast<uint64_t>(n);
-      // Scales that keep every nonlinearity in its working range: matmul weights ~ fan_in^-1/2,
-      // norm weights around 1, the rest O(0.5).
-      const bool is_norm_weight = s.name.find("norm.weight") != std::string::npos;
-      double scale = 0.5;
-      if (s.shape.size() == 2 && s.decay) scale = 0.7 / std::sqrt(static_cast<double>(s.shape[1]));
-      p = p * scale;
-      if (is_norm_weight) p = lt::ops::add_scalar(p, 1.0);
-      w[s.name] = p.contiguous();
-      g[s.name] = Tensor::full(s.shape, kGradPrefill, DType::f64);
-    }
+  BlockParams(const ModelConfig& cfg, int layer, uint64_t seed)
+      : w(lt::test::random_block_params(rwkv6_block_specs(cfg, layer), seed)), specs(rwkv6_block_specs(cfg, layer)) {
+    for (const ParamSpec& s : specs) g[s.name] = Tensor::full(s.shape, kGradPrefill, DType::f64);
   }
 };
 
 ModelConfig grad_config(const std::string& path, int chunk) {
-  ModelConfig c;
-  c.arch = Arch::rwkv6;
-  c.hidden_size = 32;
-  c.num_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 48;
-  c.rwkv6_proj_low_rank_dim = 4;
-  c.rwkv6_gate_low_rank_dim = 8;
+  ModelConfig c = lt::test::small_model_config(Arch::rwkv6);
   c.mixer_path = path;
   c.chunk = chunk;
   return c;

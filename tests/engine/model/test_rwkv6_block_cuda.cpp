@@ -19,6 +19,7 @@
 #include "engine/model/params.h"
 #include "engine/ops.h"
 #include "tests/support/compare.h"
+#include "tests/support/model_testing.h"
 
 using lt::Device;
 using lt::DType;
@@ -76,15 +77,7 @@ TEST_CASE("rwkv6 block on CUDA (fused mixer, fp32 and bf16) matches the CPU bloc
   const int64_t B = 2, T = 50, d = cfg.hidden_size;
   for (int layer = 0; layer < 2; ++layer) {
     // Random non-zero parameters (matmul weights ~ 0.7 fan_in^-1/2, norm weights ~ 1).
-    ParamMap host;
-    uint64_t off = 0;
-    for (const ParamSpec& s : rwkv6_block_specs(cfg, layer)) {
-      Tensor p = lt::ops::randn(s.shape, 4000 + layer, off, DType::f64);
-      off += static_cast<uint64_t>(lt::shape_numel(s.shape));
-      p = p * (is_gemm_weight(s) ? 0.7 / std::sqrt(static_cast<double>(s.shape[1])) : 0.5);
-      if (s.name.find("norm.weight") != std::string::npos) p = lt::ops::add_scalar(p, 1.0);
-      host[s.name] = p;
-    }
+    const ParamMap host = lt::test::random_block_params(rwkv6_block_specs(cfg, layer), 4000 + layer);
     const Tensor x = lt::ops::randn({B, T, d}, 5000 + layer, 0, DType::f64);
     const Tensor dy = lt::ops::randn({B, T, d}, 6000 + layer, 0, DType::f64);
     ModelConfig cpu_cfg = cfg;
