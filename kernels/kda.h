@@ -97,6 +97,12 @@ struct FusedArgs {
   // 3xTF32 split for f32 inputs (fp32-level accuracy), one TF32 product for bf16 inputs.
   // false: the fp32 CUDA-core variant (kept, tested).
   bool tensor_cores = true;
+  // V tiles of the inter adjoint (the backward state scan): 1 (one block per (b, h)), 2 or 4
+  // (a thread-block cluster of that many blocks per (b, h), each owning D / split state
+  // columns; bit-identical results). 0: chosen from B*H and the device's SM count
+  // (inter_adjoint_split); the CPU twin takes 0 as 1. CUDA below compute capability 9.0
+  // (no clusters): always 1.
+  int scan_split = 0;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]
   const void* k = nullptr;
@@ -186,6 +192,9 @@ struct WorkspaceBytes {
   size_t counters = 0;
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
+// The inter adjoint's V split for B*H sequences on `sms` SMs: the widest of 4, 2 that keeps
+// one block per SM (split * B*H <= sms), else 1 (B*H already fills the GPU).
+int inter_adjoint_split(int64_t bh, int sms);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 
 // The backward in two parts, so that the caller can free A_qk in between (the engine does):

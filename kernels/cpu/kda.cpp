@@ -286,6 +286,12 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   return w;
 }
 
+int inter_adjoint_split(int64_t bh, int sms) {
+  for (int nv : {4, 2})
+    if (nv * bh <= sms) return nv;
+  return 1;
+}
+
 size_t trajectory_bytes(const Dims& dm) {
   return static_cast<size_t>(dm.B * dm.H * dm.NT()) * dm.D * dm.D * sizeof(float);
 }
@@ -303,6 +309,8 @@ void check_common(const FusedArgs& a) {
   if (a.gate.use_lower_bound && !(a.gate.lower_bound < 0.0f)) fail("lower_bound must be < 0");
   if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
   if (!a.h) fail("missing state trajectory h");
+  if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
+    fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
 }
 
 }  // namespace
@@ -354,8 +362,15 @@ struct WarpExchange {
 class EmuBlock {
  public:
   EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx) : tid_(tid), bar_(bar), wx_(wx) {}
+  // A block of a cluster: cluster_bar spans all the cluster's threads; smem_bases[r] is the
+  // shared memory of the cluster's block r (this block is `rank`).
+  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx, std::barrier<>* cluster_bar, float* const* smem_bases,
+           int rank)
+      : tid_(tid), bar_(bar), wx_(wx), cluster_bar_(cluster_bar), smem_bases_(smem_bases), rank_(rank) {}
   int tid() const { return tid_; }
   void sync() { bar_->arrive_and_wait(); }
+  void cluster_sync() { cluster_bar_->arrive_and_wait(); }
+  float* peer(float* p, int rank) { return smem_bases_[rank] + (p - smem_bases_[rank_]); }
   float warp_sum(float v) {
     const int w = tid_ / 32;
     float* x = &wx_->vals[static_cast<size_t>(w) * 32 * WarpExchange::kSlot];
@@ -417,6 +432,9 @@ class EmuBlock {
   int tid_;
   std::barrier<>* bar_;
   WarpExchange* wx_;
+  std::barrier<>* cluster_bar_ = nullptr;
+  float* const* smem_bases_ = nullptr;
+  int rank_ = 0;
 };
 
 // Runs body(blk, block_index, smem) for every block of a 1-D grid, blocks one after the
@@ -442,6 +460,38 @@ void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
   for (auto& th : threads) th.join();
 }
 
+// As emulate_grid for a grid of clusters of nv blocks (block g = cluster * nv + rank): the
+// blocks of one cluster run concurrently (nv * nthr host threads), each with its own shared
+// memory (NaN-filled before each cluster), block barrier and warps; clusters one after the
+// other. body(blk, cluster, rank, smem).
+template <class Body>
+void emulate_cluster_grid(int64_t clusters, int nv, int nthr, int smem_floats, Body body) {
+  std::vector<std::vector<float>> smem(static_cast<size_t>(nv), std::vector<float>(static_cast<size_t>(smem_floats)));
+  std::vector<float*> bases;
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  std::vector<std::unique_ptr<WarpExchange>> wxs;
+  for (int r = 0; r < nv; ++r) {
+    bases.push_back(smem[r].data());
+    bars.push_back(std::make_unique<std::barrier<>>(nthr));
+    wxs.push_back(std::make_unique<WarpExchange>(nthr / 32));
+  }
+  std::barrier<> cluster_bar(nv * nthr);
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(nv) * nthr);
+  for (int r = 0; r < nv; ++r)
+    for (int t = 0; t < nthr; ++t)
+      threads.emplace_back([&, r, t] {
+        EmuBlock blk(t, bars[r].get(), wxs[r].get(), &cluster_bar, bases.data(), r);
+        for (int64_t g = 0; g < clusters; ++g) {
+          if (t == 0) std::fill(smem[r].begin(), smem[r].end(), std::numeric_limits<float>::quiet_NaN());
+          cluster_bar.arrive_and_wait();
+          body(blk, g, r, bases[r]);
+          cluster_bar.arrive_and_wait();
+        }
+      });
+  for (auto& th : threads) th.join();
+}
+
 template <class G, class T, bool kTC>
 void twin_forward(const FusedArgs& a, const ForwardWorkspace& ws) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
@@ -461,9 +511,18 @@ void twin_backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
       blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
     });
   if (part == BackwardPart::aqk_dO) return;
-  emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
-  });
+  auto split = [&]<int NV>() {
+    using SC = blocks::SplitCfg<G, NV>;
+    emulate_cluster_grid(BH, NV, SC::NTHR, SC::kFloats, [&](EmuBlock& blk, int64_t g, int rank, float* sm) {
+      blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g, rank, sm);
+    });
+  };
+  if (a.scan_split == 4) split.template operator()<4>();
+  else if (a.scan_split == 2) split.template operator()<2>();
+  else
+    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
+    });
   using GA = typename G::Adj;
   emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::intra_adjoint_program<GA, T, kTC>(a, ws, blk, g / NT, g % NT, sm);

@@ -2,13 +2,19 @@
 // kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs).
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
-//   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H) -> intra_adjoint (NT*B*H)      3 launches
+//   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
+//             where B*H leaves SMs idle) -> intra_adjoint (NT*B*H)                   3 launches
 //             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed)
 // Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
 // input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
 // Every output and scratch buffer is fully overwritten (no zero-fills); the only counters
 // (intra adjoint's last-block reduction) are zeroed by the aqk_dO kernel.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/mma.cuh"
 #include "kernels/kda.h"
@@ -34,6 +40,30 @@ struct CudaBlk {
   __device__ float load_cg(const float* p) { return __ldcg(p); }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
+};
+
+// A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
+// peers' shared memory (DSMEM).
+// Clusters exist from sm_90 on: the compute_80 PTX of the build gets a kernel that traps,
+// never launched (scan_split picks 1 below compute capability 9.0).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define KDA_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#else
+#define KDA_CLUSTER_DIMS(n)
+#endif
+struct CudaClusterBlk : CudaBlk {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __device__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+  __device__ float* peer(float* p, int rank) {
+    return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
+  }
+#else
+  __device__ void cluster_sync() { __trap(); }
+  __device__ float* peer(float* p, int) {
+    __trap();
+    return p;
+  }
+#endif
 };
 
 // One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared
@@ -69,6 +99,17 @@ __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs 
   extern __shared__ float4 smem4[];
   CudaBlk blk;
   blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
+}
+
+// Cluster of NV blocks per (b, h); block rank in the cluster = blockIdx.x % NV (1-D).
+template <class G, class T, bool kTC, int NV>
+__global__ void KDA_CLUSTER_DIMS(NV) __launch_bounds__(blocks::SplitCfg<G, NV>::NTHR)
+    kda_inter_adjoint_split_kernel(FusedArgs a, BackwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaClusterBlk blk;
+  const int64_t g = blockIdx.x;
+  blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g / NV, static_cast<int>(g % NV),
+                                                     reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
@@ -109,6 +150,44 @@ void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t
   }
 }
 
+// The inter adjoint as NV-block clusters (grid NV * B * H).
+template <class G, class T, bool kTC, int NV>
+void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
+  using SC = blocks::SplitCfg<G, NV>;
+  auto* kda_bwd_inter_adjoint_split = &kda_inter_adjoint_split_kernel<G, T, kTC, NV>;
+  const size_t smem = SC::kFloats * sizeof(float);
+  static const bool once = [&] {
+    allow_smem(kda_bwd_inter_adjoint_split, smem);
+    return true;
+  }();
+  (void)once;
+  const int64_t BH = a.dims.B * a.dims.H;
+  LT_LAUNCH(kda_bwd_inter_adjoint_split, dim3(static_cast<unsigned>(NV * BH)), dim3(SC::NTHR), smem, s, a, ws);
+}
+
+// The split of the inter adjoint: 1 below compute capability 9.0 (no thread-block clusters);
+// else FusedArgs::scan_split; else the environment variable LINTRAIN_KDA_SCAN_SPLIT = 1, 2 or 4
+// (read once per process; same-binary comparisons in kbench); else chosen from B*H and the SM
+// count (inter_adjoint_split).
+int scan_split(const FusedArgs& a) {
+  int dev = 0, major = 0, sms = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&dev));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) return 1;
+  if (a.scan_split != 0) return a.scan_split;
+  static const int forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_SCAN_SPLIT");
+    const std::string v = e ? e : "";
+    if (v.empty()) return 0;
+    if (v != "1" && v != "2" && v != "4")
+      throw std::invalid_argument("LINTRAIN_KDA_SCAN_SPLIT must be 1, 2 or 4, got '" + v + "'");
+    return std::stoi(v);
+  }();
+  if (forced != 0) return forced;
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return inter_adjoint_split(a.dims.B * a.dims.H, sms);
+}
+
 template <class G, class T, bool kTC>
 void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
@@ -133,7 +212,10 @@ void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream
   if (part == BackwardPart::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
-    LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
+    const int nv = scan_split(a);
+    if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
+    else if (nv == 2) launch_inter_adjoint_split<G, T, kTC, 2>(a, ws, s);
+    else LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
   }
   {
     StageScope st("intra_adjoint");

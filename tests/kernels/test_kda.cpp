@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -86,6 +87,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.dtype = c.dtype;
   a.gate = c.gate;
   a.tensor_cores = !c.simt;
+  a.scan_split = c.split;
   a.q = q.data();
   a.k = k.data();
   a.v = v.data();
@@ -193,6 +195,28 @@ TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", 
   }
 }
 
+TEST_CASE("KDA naive recurrence: dA_log is the sum of the terms its error scale is built from", "[kda]") {
+  // tests/support/kda_testing.h measures dA_log's error against the sum of the magnitudes of
+  // its terms per head, with the terms rebuilt from df; their signed sum must give dA_log back.
+  const uint64_t seed = test_seed() + 4;
+  for (bool lb : {false, true}) {
+    Case c;
+    c.dims = Dims{2, 30, 3, 16, 16};
+    c.h0 = true;
+    c.dht = true;
+    c.gate.use_lower_bound = lb;
+    const Data x = make_data(c, seed);
+    const Result r = run_naive(c, x);
+    const std::vector<double> sum = dA_log_terms(c, x, r.df, true);
+    for (int64_t h = 0; h < c.dims.H; ++h) {
+      INFO((lb ? "lower-bound gate" : "default gate") << " head " << h << " dA_log " << r.dA_log[h] << " terms' sum "
+                                                      << sum[h] << " scale " << r.dA_log_scale[h] << replay_hint());
+      CHECK(r.dA_log_scale[h] > std::abs(r.dA_log[h]));
+      CHECK(std::abs(sum[h] - r.dA_log[h]) < 1e-12 * r.dA_log_scale[h]);
+    }
+  }
+}
+
 TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]") {
   Case c;
   c.dims = Dims{1, 40, 2, 16, 16};
@@ -220,8 +244,8 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
   naive_backward<float>(
       in, dO.data(), dht.data(),
       NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  Result r{to_f64(o),  to_f64(ht), to_f64(dq), to_f64(dk),  to_f64(dv),
-           to_f64(df), to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0)};
+  Result r{to_f64(o),  to_f64(ht), to_f64(dq),  to_f64(dk),  to_f64(dv), to_f64(df),
+           to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0), {}};
   const ErrReport e = compare(r, ref, false, true, true);
   std::printf("[kda] naive f32 vs f64:%s\n", e.str().c_str());
   CHECK(e.worst() < 1e-5);
@@ -298,4 +322,66 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   CHECK(message(BackwardPart::adjoints).find("partials") != std::string::npos);
   a.dO = nullptr;
   CHECK(message(BackwardPart::all).find("dO") != std::string::npos);
+}
+
+TEST_CASE(
+    "KDA fused CPU twins: the inter adjoint split over V tiles (clusters) matches the naive recurrence "
+    "and the single-block scan bit for bit",
+    "[kda][twin][split]") {
+  // The split program computes every output element in one block with the single-block
+  // program's operands and order, so its results are bit-identical to split 1.
+  const uint64_t seed = test_seed() + 3;
+  struct Sc {
+    Dims d;
+    bool h0, dht, lb;
+    DType dt;
+    bool simt;
+    int nv;
+  };
+  const std::vector<Sc> cases = {
+      {{1, 37, 1, 64, 16}, true, true, false, DType::f32, false, 4},   // partial last chunk, 16-column tiles
+      {{1, 70, 1, 64, 64}, false, true, true, DType::f32, false, 2},   // lower-bound gate, 32-row blocks
+      {{1, 33, 1, 128, 16}, true, true, false, DType::f32, false, 2},  // D = 128: 64-column tiles
+      {{1, 40, 1, 128, 32}, false, true, false, DType::f32, true, 4},  // fp32 CUDA-core variant
+      {{1, 40, 2, 64, 32}, true, true, false, DType::bf16, false, 4},  // bf16 inputs, 32-row blocks
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Sc& s = cases[i];
+    Case c;
+    c.dims = s.d;
+    c.h0 = s.h0;
+    c.dht = s.dht;
+    c.dtype = s.dt;
+    c.gate.use_lower_bound = s.lb;
+    c.simt = s.simt;
+    const Data x = make_data(c, seed + i);
+    c.split = 1;
+    const Result one = run_fused_twin(c, x);
+    c.split = s.nv;
+    const Result got = run_fused_twin(c, x);
+    const Result ref = run_naive(c, x);
+    const ErrReport e = compare(got, ref, false, true, true);
+    const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
+    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+    std::printf("[kda] twin vs naive %-38s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
+                gt.adapted.c_str());
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
+    CHECK(gt.pass);
+    const std::vector<std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>>> outs =
+        {{"dq", {&got.dq, &one.dq}},
+         {"dk", {&got.dk, &one.dk}},
+         {"dv", {&got.dv, &one.dv}},
+         {"df", {&got.df, &one.df}},
+         {"db", {&got.db, &one.db}},
+         {"dA_log", {&got.dA_log, &one.dA_log}},
+         {"ddt_bias", {&got.ddt_bias, &one.ddt_bias}},
+         {"dh0", {&got.dh0, &one.dh0}}};
+    for (const auto& [name, p] : outs) {
+      size_t differ = 0;
+      for (size_t k = 0; k < p.first->size(); ++k)
+        if (std::memcmp(&(*p.first)[k], &(*p.second)[k], sizeof(double)) != 0) ++differ;
+      INFO(name << ": " << differ << " of " << p.first->size() << " elements differ from split 1");
+      CHECK(differ == 0);
+    }
+  }
 }
