@@ -192,8 +192,12 @@ struct WorkspaceBytes {
   size_t counters = 0;
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
-// The inter adjoint's V split for B*H sequences on `sms` SMs: the widest of 4, 2 that keeps
-// one block per SM (split * B*H <= sms), else 1 (B*H already fills the GPU).
+// The inter adjoint's V split for B*H sequences on `sms` SMs: 4 while the split blocks fill at
+// most a quarter of the SMs (16 * B*H <= sms), else 1. Measured on the H200 (D128 bf16 C64,
+// docs/notes-kda.md, 2026-12-01): at B*H = 8 the 4-block clusters take the stage from 20.3 to
+// 15.4 ms; at B*H = 32 they are slower (15.2 against 10.2 ms: a cluster step is only ~25 %
+// shorter than a single block's, and 32 four-block clusters take two waves), and 2 is slower
+// than 1 there too (11.2 ms; the D128 split-2 program spills), so 2 is never picked.
 int inter_adjoint_split(int64_t bh, int sms);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 

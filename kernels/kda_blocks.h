@@ -48,7 +48,8 @@
 //                                     dgamma_s = e^gamma sum_v S S',
 //                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
 //                                     (in place over the saved tiles; no dS trajectory)
-//                     or grid NV*B*H: clusters of NV = 2 or 4 blocks per (b, h), each owning
+//                     or grid NV*B*H: clusters of NV = 2 or 4 blocks per (b, h) (4 where
+//                                     B*H is small: kda.h inter_adjoint_split), each owning
 //                                     D/NV state columns (Delta, dDelta, S') and D/NV K rows
 //                                     (X_*, dgamma_s), exchanging columns through DSMEM
 //                                     (inter_adjoint_split_program; FusedArgs::scan_split)

@@ -286,11 +286,7 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   return w;
 }
 
-int inter_adjoint_split(int64_t bh, int sms) {
-  for (int nv : {4, 2})
-    if (nv * bh <= sms) return nv;
-  return 1;
-}
+int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
 
 size_t trajectory_bytes(const Dims& dm) {
   return static_cast<size_t>(dm.B * dm.H * dm.NT()) * dm.D * dm.D * sizeof(float);
