@@ -10,6 +10,7 @@
 
 #include "engine/detail.h"
 #include "engine/log.h"
+#include "kernels/launch.h"
 
 #if LINTRAIN_WITH_CUDA
 #include <cuda_runtime.h>
@@ -150,6 +151,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
 #if LINTRAIN_WITH_CUDA
+  note_device_work();
   if (dst_device.is_cpu()) {  // device -> host: wait so the host can read it
     DeviceScope scope(src_device);
     auto s = reinterpret_cast<cudaStream_t>(current_stream(src_device).id());

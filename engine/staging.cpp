@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/detail.h"
+#include "kernels/launch.h"
 
 #if LINTRAIN_WITH_CUDA
 #include <cuda_runtime.h>
@@ -99,6 +100,7 @@ void copy_to_device_async(Tensor& dst, HostStaging::Lease& src, size_t offset) {
   } else {
 #if LINTRAIN_WITH_CUDA
     detail::DeviceScope scope(dev);
+    note_device_work();
     LT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), from, dst.nbytes(), cudaMemcpyHostToDevice,
                                   static_cast<cudaStream_t>(stream.handle())));
 #else
@@ -118,6 +120,7 @@ void copy_to_host_async(HostStaging::Lease& dst, const Tensor& src, size_t offse
   } else {
 #if LINTRAIN_WITH_CUDA
     detail::DeviceScope scope(dev);
+    note_device_work();
     LT_CUDA_CHECK(cudaMemcpyAsync(to, src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost,
                                   static_cast<cudaStream_t>(stream.handle())));
 #else

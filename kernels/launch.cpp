@@ -55,7 +55,9 @@ Node* new_node(Node* parent, std::string_view name) {
   return &n;
 }
 
-thread_local Node* t_node = nullptr;  // this thread's current scope (its root outside every scope)
+thread_local Node* t_node = nullptr;
+thread_local uint64_t t_device_work =
+    0;  // launches and other device work enqueued by this thread  // this thread's current scope (its root outside every scope)
 
 Node* current() {
   if (t_node == nullptr) t_node = new_node(nullptr, "");
@@ -107,7 +109,12 @@ StageScope::~StageScope() {
   alloc::set_stage_tag(t_node->path.c_str());
 }
 
+void note_device_work() { ++t_device_work; }
+
+uint64_t device_work_count() { return t_device_work; }
+
 void count_launch(int64_t n) {
+  t_device_work += static_cast<uint64_t>(n);
   Node* node = current();
   if (node->counter == nullptr) node->counter = counter_for(node->path);
   node->counter->fetch_add(n, std::memory_order_relaxed);

@@ -63,6 +63,12 @@ class StageScope {
 // for launches made by libraries (cuBLAS) that you want in the atlas.
 void count_launch(int64_t n = 1);
 
+// Device work this thread has enqueued: kernel launches (count_launch) plus the copies and
+// memsets reported with note_device_work. The timers compare it across two stage boundaries:
+// when nothing was enqueued in between, both boundaries share one CUDA event.
+void note_device_work();
+uint64_t device_work_count();
+
 // Snapshot of the atlas, sorted by stage name; and a reset (e.g. after warm-up).
 std::vector<StageLaunches> launch_atlas();
 void reset_launch_atlas();

@@ -187,6 +187,7 @@ struct StageTimer::Impl {
   Device device;
   std::vector<void*> events;  // cudaEvent_t, created in the constructor (more only if a step needs more)
   int next_event = 0;
+  uint64_t last_work = 0;  // device_work_count() at the last recorded event
   std::thread::id owner;
   KernelRecorder* kernels = nullptr;  // CUPTI kernel activity of the timed steps (optional)
   std::vector<KernelRecord> step_kernels;
@@ -231,7 +232,8 @@ struct StageTimer::Impl {
     return device.is_cuda() ? alloc::cuda_allocator(device.index) : alloc::host_allocator();
   }
 
-  // One stage boundary on a timed step: an event record on CUDA, a clock read on the CPU
+  // One stage boundary on a timed step: an event record on CUDA (shared with the previous
+  // boundary when this thread enqueued no device work since it), a clock read on the CPU
   // (and at the step's start on both), the allocator's bytes when sampling; appended to
   // `marks`, whose capacity stays from step to step. No string is copied: the node holds the
   // stage's path.
@@ -247,10 +249,21 @@ struct StageTimer::Impl {
     }
 #if LINTRAIN_WITH_CUDA
     if (device.is_cuda()) {
-      if (static_cast<size_t>(next_event) >= events.size()) grow_pool(events.size() * 2);
-      m.event = next_event++;
       const Stream s = current_stream(device);
       m.stream = s.id();
+      const uint64_t work = device_work_count();
+      // Nothing enqueued on this stream since the previous boundary (a leave followed by an
+      // enter, nested enters): that boundary's event marks this one too.
+      if (marks.size() > 1 && node != nullptr) {
+        const Mark& prev = marks[marks.size() - 2];
+        if (prev.node != nullptr && prev.stream == m.stream && work == last_work) {
+          m.event = prev.event;
+          return;
+        }
+      }
+      last_work = work;
+      if (static_cast<size_t>(next_event) >= events.size()) grow_pool(events.size() * 2);
+      m.event = next_event++;
       cudaEventRecord(static_cast<cudaEvent_t>(events[static_cast<size_t>(m.event)]),
                       static_cast<cudaStream_t>(s.handle()));
     }
