@@ -21,8 +21,9 @@ Per timed step and stage (inclusive of the stages it encloses) the table shows:
                running (launch latency between dependent kernels, host work the device waits for)
   launches     launches the launch atlas counted in the stage (a cuBLAS call counts one)
   kernels      kernels CUPTI recorded in the stage
-  aux          of those, cuBLAS's split-K reduction kernels (cublasLt splitKreduce_kernel),
-               which cuBLAS launches inside the GEMM call that the atlas counted
+  aux          of those, cuBLAS's split-K reduction kernels (cublasLt splitKreduce_kernel, the
+               xmma GEMMs' ..._split_k_kernel), which cuBLAS launches inside the GEMM call
+               that the atlas counted
   time         "ok" when the event time lies in [lo, hi] widened by the tolerance (x event), else
                the signed distance to the nearer end; lo = the stage's extent on the device
                (first start to last end over its kernels and copies), hi = the same from the
@@ -86,7 +87,7 @@ def verdict_count(launches, kernels):
 
 def is_aux(kernel):
     """A kernel cuBLAS launches inside a GEMM call besides the GEMM itself."""
-    return "splitKreduce" in kernel["name"]
+    return "splitKreduce" in kernel["name"] or "split_k_kernel" in kernel["name"]
 
 
 def extent_ms(records, all_records):

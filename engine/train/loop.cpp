@@ -748,7 +748,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       norm = optim::grad_norm(model->arenas().grads);
     }
     // The previous step's result: the device has this step's forward and backward queued.
-    retire();
+    {
+      StageScope stage("report");
+      retire();
+    }
     {
       StageScope stage("optim/adamw");
       optim::StepGate gate;

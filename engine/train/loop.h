@@ -11,6 +11,8 @@
 //                   has run) and Model::forward_backward, whose stages are the model's own:
 //                   "fwd/...", "loss", "bwd/..." (grads +=)
 //   ["optim/clip"]  grad norm (on the device)
+//   ["report"]      the previous step's result read back (see Synchronisation): skip
+//                   counters, the progress line and its metrics.jsonl record (host work)
 //   ["optim/adamw"] AdamW at lr_at(schedule, step), gated on the device (optim::StepGate): a
 //                   NaN/Inf loss or norm, or a loss spike beyond train.spike_zscore standard
 //                   deviations of the last train.spike_window losses of applied updates,

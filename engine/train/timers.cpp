@@ -187,7 +187,9 @@ struct StageTimer::Impl {
   Device device;
   std::vector<void*> events;  // cudaEvent_t, created in the constructor (more only if a step needs more)
   int next_event = 0;
-  uint64_t last_work = 0;  // device_work_count() at the last recorded event
+  uint64_t last_work = 0;     // device_work_count() at the last recorded event
+  int64_t last_event_ns = 0;  // steady clock at the last recorded event
+  static constexpr int64_t kShareNs = 2000;
   std::thread::id owner;
   KernelRecorder* kernels = nullptr;  // CUPTI kernel activity of the timed steps (optional)
   std::vector<KernelRecord> step_kernels;
@@ -233,8 +235,8 @@ struct StageTimer::Impl {
   }
 
   // One stage boundary on a timed step: an event record on CUDA (shared with the previous
-  // boundary when this thread enqueued no device work since it), a clock read on the CPU
-  // (and at the step's start on both), the allocator's bytes when sampling; appended to
+  // boundary when this thread enqueued no device work since it, in the last 2 us), a clock
+  // read on the CPU (and at the step's start on both), the allocator's bytes when sampling; appended to
   // `marks`, whose capacity stays from step to step. No string is copied: the node holds the
   // stage's path.
   void mark(const StageNode* node, bool entering) {
@@ -252,16 +254,22 @@ struct StageTimer::Impl {
       const Stream s = current_stream(device);
       m.stream = s.id();
       const uint64_t work = device_work_count();
-      // Nothing enqueued on this stream since the previous boundary (a leave followed by an
-      // enter, nested enters): that boundary's event marks this one too.
+      const int64_t now = steady_ns();
+      // Nothing enqueued on this stream since the previous boundary, and under kShareNs of
+      // host time since its event (a leave followed by an enter, nested enters): that
+      // boundary's event marks this one too. Whether the stream is busy (both events would
+      // complete together) or idle (the host's time between them is the stage's), the
+      // difference is below kShareNs; a boundary after longer host work (a host-only stage
+      // such as "report") records its own event.
       if (marks.size() > 1 && node != nullptr) {
         const Mark& prev = marks[marks.size() - 2];
-        if (prev.node != nullptr && prev.stream == m.stream && work == last_work) {
+        if (prev.node != nullptr && prev.stream == m.stream && work == last_work && now - last_event_ns < kShareNs) {
           m.event = prev.event;
           return;
         }
       }
       last_work = work;
+      last_event_ns = now;
       if (static_cast<size_t>(next_event) >= events.size()) grow_pool(events.size() * 2);
       m.event = next_event++;
       cudaEventRecord(static_cast<cudaEvent_t>(events[static_cast<size_t>(m.event)]),

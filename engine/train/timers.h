@@ -20,9 +20,10 @@
 // the step's. Launches per stage come from the launch atlas, counted over the step.
 // Untimed steps pay nothing: no hook is installed, so a stage scope costs one atomic load
 // beyond its own bookkeeping, and no event is recorded. A timed step's boundary costs a clock
-// read (CPU) or a cudaEventRecord (CUDA; none when this thread enqueued no device work since
-// the previous boundary, whose event it then shares: nested enters, a leave and the next
-// enter) and an append to a vector whose capacity stays from step to step:
+// read (CPU) or a clock read and a cudaEventRecord (CUDA; no record when this thread enqueued
+// no device work since the previous boundary, under 2 us of host time ago, whose event it then
+// shares: nested enters, a leave and the next enter) and an append to a vector whose capacity
+// stays from step to step:
 // no lock, no string, no map lookup (stages are interned as the atlas's StageNodes, whose
 // paths are only read at end_step). Memory samples (a lock and a copy of the allocator's
 // stats) are taken only when the constructor asks for them.

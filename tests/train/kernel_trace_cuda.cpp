@@ -3,8 +3,10 @@
 // scripts/timer_fidelity.py reads the file with the run's metrics.jsonl.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -76,4 +78,42 @@ TEST_CASE("trainer cuda --kernel-trace: kernels of the timed steps, tagged with 
   CHECK(WEXITSTATUS(rc) <= 1);  // 0: every check passes; 1: some do not (a finding, not an error)
   CHECK(text.find("verdict: ") != std::string::npos);
   CHECK(text.find("  fwd ") != std::string::npos);
+  // Every stage's launch count (the atlas) equals CUPTI's kernels less cuBLAS's split-K
+  // reductions (the table's last column).
+  std::istringstream rows(text);
+  int stage_rows = 0, step_rows = 0;
+  for (std::string line; std::getline(rows, line);) {
+    if (line.rfind("  step: event", 0) == 0) {
+      ++step_rows;
+    } else if (line.rfind("  ", 0) == 0 && line.find(" ms") == std::string::npos && line.rfind("  step:", 0) != 0 &&
+               line.find("stage ") == std::string::npos) {
+      ++stage_rows;
+      INFO(line);
+      CHECK(line.substr(line.find_last_not_of(' ') - 1) == "ok");
+    }
+  }
+  CHECK(step_rows == 2);
+  CHECK(stage_rows > 10);
+
+  // Without the kernel trace (CUPTI's host work at every launch shows between the stages of a
+  // host-bound model like this one), each timed step's top-level stages add up to its event
+  // time within 2 %: the host work of a step happens inside named stages.
+  const std::string out2 = tmp / "run2";
+  auto r2 = run_trainer({"--config", cfg, "--timers", "step%2", "--out", out2}, tmp.path.string());
+  INFO(r2.err);
+  REQUIRE(r2.rc == 0);
+  int timed = 0;
+  std::istringstream metrics(read_text(out2 + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("type", "") != "timers") continue;
+    ++timed;
+    double top = 0.0;
+    for (const auto& st : j["stages"])
+      if (st["depth"] == 0 && st["stage"] != "(outside stages)") top += st["ms"].get<double>();
+    const double step_ms = j["step_ms"].get<double>();
+    INFO("timed step " << j["step"] << ": step " << step_ms << " ms, top-level stages " << top << " ms");
+    CHECK(std::abs(step_ms - top) <= 0.02 * step_ms);
+  }
+  CHECK(timed == 2);
 }
