@@ -277,7 +277,8 @@ TEST_CASE("StageTimer: memory samples only when asked for; the JSON line has eac
   }
   const auto t = timer.end_step();
   int mem = 0;
-  for (const auto& e : timer.chrome_trace()["traceEvents"])
+  const nlohmann::json trace = timer.chrome_trace();
+  for (const auto& e : trace["traceEvents"])
     if (e["name"] == "allocator bytes") ++mem;
   CHECK(mem == 0);
   const nlohmann::json j = t.to_json();
