@@ -98,6 +98,84 @@ StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream
 }
 StreamGuard::~StreamGuard() { set_current_stream(previous_); }
 
+Event Event::create(Device device, bool timing) {
+  Event e;
+  e.device_ = device;
+  if (device.is_cpu()) {
+    e.cpu_defined_ = true;
+    return e;
+  }
+#if LINTRAIN_WITH_CUDA
+  detail::DeviceScope scope(device);
+  cudaEvent_t ev = nullptr;
+  LT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming));
+  e.owner_ = std::shared_ptr<void>(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+#else
+  (void)timing;
+  throw std::runtime_error("Event::create(" + device.str() + "): built without CUDA");
+#endif
+  return e;
+}
+
+void Event::record(const Stream& stream) {
+  if (!defined()) throw std::invalid_argument("Event::record: undefined event");
+  if (stream.device() != device_)
+    throw std::invalid_argument("Event::record: event on " + device_.str() + ", stream on " + stream.device().str());
+  if (device_.is_cpu()) return;
+#if LINTRAIN_WITH_CUDA
+  detail::DeviceScope scope(device_);
+  LT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(handle()), static_cast<cudaStream_t>(stream.handle())));
+#endif
+}
+
+bool Event::query() const {
+  if (device_.is_cpu()) return true;
+#if LINTRAIN_WITH_CUDA
+  const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(handle()));
+  if (rc == cudaErrorNotReady) return false;
+  LT_CUDA_CHECK(rc);
+#endif
+  return true;
+}
+
+void Event::synchronize() const {
+  if (device_.is_cpu()) return;
+#if LINTRAIN_WITH_CUDA
+  LT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(handle())));
+#endif
+}
+
+double Event::elapsed_ms(const Event& start, const Event& end) {
+  if (start.device_.is_cpu() || end.device_.is_cpu()) return 0.0;
+#if LINTRAIN_WITH_CUDA
+  float ms = 0.0f;
+  LT_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.handle()), static_cast<cudaEvent_t>(end.handle())));
+  return ms;
+#else
+  return 0.0;
+#endif
+}
+
+void stream_wait_event(const Stream& waiter, const Event& event) {
+  if (waiter.device().is_cpu()) return;
+#if LINTRAIN_WITH_CUDA
+  note_device_work();
+  detail::DeviceScope scope(waiter.device());
+  LT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle()),
+                                    static_cast<cudaEvent_t>(event.handle()), 0));
+#else
+  (void)event;
+#endif
+}
+
+void stream_wait(const Stream& waiter, const Stream& on) {
+  if (waiter.device().is_cpu() || waiter == on) return;
+  Event e = Event::create(on.device());
+  e.record(on);
+  stream_wait_event(waiter, e);
+}
+
 void synchronize(Device device) {
   if (device.is_cpu()) return;
 #if LINTRAIN_WITH_CUDA

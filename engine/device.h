@@ -82,6 +82,37 @@ class StreamGuard {
   Stream previous_;
 };
 
+// A point in a stream's work (a cudaEvent_t; on the CPU a placeholder whose work is always
+// complete). Copyable handle; the event is destroyed with the last handle (safe once the
+// records and waits that use it are enqueued).
+//
+//   lt::Event e = lt::Event::create(dev, /*timing=*/false);
+//   e.record(compute);                 // the work enqueued on `compute` so far
+//   lt::stream_wait_event(comm, e);    // `comm` runs what follows only after that work
+class Event {
+ public:
+  Event() = default;  // undefined: record() throws
+  static Event create(Device device, bool timing = false);
+  bool defined() const { return device_.is_cpu() ? cpu_defined_ : owner_ != nullptr; }
+  Device device() const { return device_; }
+  void record(const Stream& stream);  // stream on this event's device
+  bool query() const;                 // the recorded work has completed (true on the CPU)
+  void synchronize() const;           // waits for it
+  void* handle() const { return owner_.get(); }  // cast to cudaEvent_t
+  // Milliseconds between two recorded, completed timing events of one device (0 on the CPU).
+  static double elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  Device device_ = Device::cpu();
+  bool cpu_defined_ = false;
+  std::shared_ptr<void> owner_;
+};
+// `waiter` runs the work enqueued on it after this call only once `event`'s recorded work has
+// completed (cudaStreamWaitEvent; no-op on the CPU). Counts as device work for the timers.
+void stream_wait_event(const Stream& waiter, const Event& event);
+// `waiter` waits for everything enqueued on `on` so far (an event recorded on `on`, then waited).
+void stream_wait(const Stream& waiter, const Stream& on);
+
 // Waits for all work on `device` (cudaDeviceSynchronize; no-op on the CPU).
 void synchronize(Device device);
 // Sets the calling thread's CUDA device (cudaSetDevice) when `device` is CUDA.

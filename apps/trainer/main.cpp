@@ -17,6 +17,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "engine/dist/comm.h"
+#include "engine/dist/job.h"
+#include "engine/dist/launch.h"
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
 #include "engine/train/bench.h"
@@ -49,6 +52,10 @@ Examples:
                                                            CUPTI's kernels of the timed steps, per stage
   trainer bench-compare a.json b.json                      per-stage ratios, verdicts beyond the runs' spread
   trainer --config configs/quick.json --alloc-trace runs/alloc.json   allocator trace of the first steps
+  trainer --config configs/night.json --nproc 8 --set train.batch_size=64
+                                                           data parallel: 8 ranks (GPUs) of this host, 8 rows each
+  torchrun-style: RANK=0 WORLD_SIZE=16 LOCAL_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 trainer --config F
+                                                           one rank of a multi-node job (README: two nodes)
 
 Exit codes: 0 done (also after SIGINT/SIGTERM: a checkpoint is written first); 2 bad input
 (nothing written); 3 stopped after too many skipped updates; 1 other failure.
@@ -167,6 +174,13 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
   app.add_flag("--print-config", print_config,
                "print the effective config (file + overrides + defaults) as JSON and exit");
+  int nproc = 0;
+  app.add_option("--nproc", nproc,
+                 "data parallel on this host: start N ranks (one process per GPU, cuda:0..N-1; on the CPU N "
+                 "processes), train.batch_size split over them; keys dist.* tune it. A launcher's RANK / WORLD_SIZE "
+                 "/ LOCAL_RANK / MASTER_ADDR / MASTER_PORT (or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID) make "
+                 "this process one rank of such a job instead. e.g. --nproc 8")
+      ->check(CLI::PositiveNumber);
   std::string timers = "off", timers_trace, kernel_trace, bench_out, alloc_trace;
   int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
   app.add_option("--timers", timers,
@@ -251,6 +265,49 @@ int main(int argc, char** argv) {
       std::cout << rc.effective.dump(2) << std::endl;
       return 0;
     }
+    std::optional<lt::dist::WorldInfo> world;
+    try {
+      world = lt::dist::world_from_env();
+    } catch (const std::invalid_argument& e) { throw ConfigError(e.what()); }
+    if (nproc > 0) {
+      if (world)
+        throw ConfigError("--nproc starts its own ranks, but this process already is rank " +
+                          std::to_string(world->rank) + " of " + std::to_string(world->world) +
+                          " (RANK / WORLD_SIZE or SLURM_PROCID are set): drop --nproc or unset them");
+      if (rc.train.batch_size % nproc != 0)
+        throw ConfigError("config key 'train.batch_size': " + std::to_string(rc.train.batch_size) +
+                          " rows cannot be split evenly over --nproc " + std::to_string(nproc));
+      // Refuse here, once, what every rank would refuse.
+      try {
+        lt::dist::WorldInfo probe;
+        probe.world = nproc;
+        probe.local_rank = nproc - 1;
+        const lt::Device d = lt::dist::rank_device(probe, rc.device);
+        std::string why;
+        if (d.is_cuda() && !lt::dist::nccl_available(&why)) throw ConfigError("--nproc on CUDA: " + why);
+      } catch (const std::invalid_argument& e) { throw ConfigError(std::string("--nproc: ") + e.what()); }
+      std::vector<std::string> args;
+      for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--nproc") {
+          ++i;
+          continue;
+        }
+        if (a.rfind("--nproc=", 0) == 0) continue;
+        args.push_back(a);
+      }
+      return lt::dist::launch_local(nproc, args);
+    }
+    std::unique_ptr<lt::dist::Job> job;
+    if (world) {
+      const std::string tag = "[lintrain] [rank " + std::to_string(world->rank) + "] [%l] %v";
+      spdlog::set_pattern(tag);
+      // The other ranks say only what goes wrong; rank 0 speaks for the job.
+      if (world->rank != 0 && !std::getenv("LINTRAIN_LOG_LEVEL")) spdlog::set_level(spdlog::level::warn);
+      try {
+        job = std::make_unique<lt::dist::Job>(*world, rc.device, rc.dist.rendezvous_timeout_s, rc.dist.timeout_s);
+      } catch (const std::invalid_argument& e) { throw ConfigError(e.what()); }
+    }
     lt::train::InstrumentOptions io;
     try {
       io.timers = lt::train::TimerSpec::parse(timers);
@@ -268,6 +325,7 @@ int main(int argc, char** argv) {
     lt::train::RunOptions opt;
     opt.resume = resume;
     opt.config_path = config_path;
+    opt.job = job.get();
     if (bench > 0) {
       // The bench arm measures steps only: its own folder, a fresh start, no eval or checkpoints.
       rc.out_dir = (fs::path(rc.out_dir) / "bench").string();
@@ -284,7 +342,18 @@ int main(int argc, char** argv) {
     io.alloc_trace = alloc_trace;
     io.alloc_trace_steps = alloc_trace_steps;
     io.alloc_snapshot_at = alloc_snapshot_at;
-    const lt::Device dev = lt::train::resolve_device(rc.device);
+    if (job) {
+      io.ranks = job->world();
+      if (job->rank() != 0) {  // rank 0 writes the measurement files
+        io.metrics_path.clear();
+        io.bench_out.clear();
+        io.timers_trace.clear();
+        io.kernel_trace.clear();
+        io.alloc_trace.clear();
+        io.alloc_snapshot_at = 0;
+      }
+    }
+    const lt::Device dev = job ? job->device() : lt::train::resolve_device(rc.device);
     if (!kernel_trace.empty() && !dev.is_cuda())
       throw ConfigError("--kernel-trace records CUDA kernels; this run is on " + dev.str());
     const double tokens_per_step = static_cast<double>(rc.train.batch_size * rc.train.seq_len * rc.train.grad_accum);
@@ -298,6 +367,7 @@ int main(int argc, char** argv) {
       throw;
     }
     spdlog::info("{}", lt::train::Instrumentation::summary_line(instrument.finish()));
+    if (job) job->finish();
     switch (result) {
       case lt::train::RunResult::finished: return 0;
       case lt::train::RunResult::interrupted: return 0;

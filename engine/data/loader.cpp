@@ -92,6 +92,7 @@ struct Loader::Impl {
   DataConfig cfg;
   Split split;
   int64_t B, T;
+  RowSlice rows;  // resolved: 0 <= begin, begin + count <= B
   uint64_t seed;
   std::unique_ptr<Source> source;
   std::unique_ptr<HostStaging> staging;
@@ -115,20 +116,32 @@ struct Loader::Impl {
 
   Batch make_batch(Rng& r) const {
     Batch b;
-    b.B = B;
+    b.B = rows.count;
     b.T = T;
+    const int64_t rB = rows.count;
     int32_t *tokens = nullptr, *targets = nullptr;
     if (staging) {
       b.staged = staging->acquire();
       tokens = static_cast<int32_t*>(b.staged.data());
-      targets = tokens + B * T;
+      targets = tokens + rB * T;
     } else {
-      b.tokens.resize(static_cast<size_t>(B * T));
-      b.targets.resize(static_cast<size_t>(B * T));
+      b.tokens.resize(static_cast<size_t>(rB * T));
+      b.targets.resize(static_cast<size_t>(rB * T));
       tokens = b.tokens.data();
       targets = b.targets.data();
     }
-    for (int64_t row = 0; row < B; ++row) b.valid_targets += source->fill_row(r, tokens + row * T, targets + row * T);
+    // Rows outside the slice are drawn into scratch (the generator steps as for all B rows).
+    std::vector<int32_t> scratch(rB == B ? 0 : static_cast<size_t>(2 * T));
+    for (int64_t row = 0; row < B; ++row) {
+      const int64_t k = row - rows.begin;
+      if (k >= 0 && k < rB) {
+        const int64_t n = source->fill_row(r, tokens + k * T, targets + k * T);
+        b.valid_targets += n;
+        b.global_valid_targets += n;
+      } else {
+        b.global_valid_targets += source->fill_row(r, scratch.data(), scratch.data() + T);
+      }
+    }
     return b;
   }
 
@@ -181,9 +194,15 @@ struct Loader::Impl {
   }
 };
 
-Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed, std::optional<Staging> staging)
+Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed, std::optional<Staging> staging,
+               RowSlice rows)
     : impl_(std::make_unique<Impl>()) {
   if (B < 1) throw std::runtime_error("data: batch size B " + std::to_string(B) + " must be >= 1");
+  if (rows.count < 0) rows = {0, B};
+  if (rows.begin < 0 || rows.count < 1 || rows.begin + rows.count > B)
+    throw std::runtime_error("data: row slice [" + std::to_string(rows.begin) + ", " +
+                             std::to_string(rows.begin + rows.count) + ") is not within the batch of " +
+                             std::to_string(B) + " rows");
   if (T < 1) throw std::runtime_error("data: sequence length T " + std::to_string(T) + " must be >= 1");
   if (cfg.prefetch < 0) throw std::runtime_error("data: prefetch " + std::to_string(cfg.prefetch) + " must be >= 0");
   Impl& m = *impl_;
@@ -191,6 +210,7 @@ Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_
   m.split = split;
   m.B = B;
   m.T = T;
+  m.rows = rows;
   m.seed = seed;
   if (cfg.source == "synthetic") m.source = make_synthetic_source(cfg, T);
   else if (cfg.source == "text") m.source = make_text_source(cfg, split, T);
@@ -198,7 +218,8 @@ Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_
   else throw std::runtime_error("data: unknown source '" + cfg.source + "' (data.source: synthetic | text | tokens)");
   if (staging) {
     const int slots = staging->slots > 0 ? staging->slots : cfg.prefetch + 4;
-    m.staging = std::make_unique<HostStaging>(staging->device, static_cast<size_t>(2 * B * T) * sizeof(int32_t), slots);
+    m.staging =
+        std::make_unique<HostStaging>(staging->device, static_cast<size_t>(2 * rows.count * T) * sizeof(int32_t), slots);
   }
   // Train and validation draw from different streams of the same seed.
   uint64_t x = seed;

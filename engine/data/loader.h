@@ -50,10 +50,11 @@ struct DataConfig {
 };
 
 struct Batch {
-  int64_t B = 0, T = 0;
+  int64_t B = 0, T = 0;          // B: the rows this batch holds (the loader's slice)
   std::vector<int32_t> tokens;   // [B, T] (empty when staged)
   std::vector<int32_t> targets;  // [B, T], -100 = ignored (empty when staged)
-  int64_t valid_targets = 0;     // number of targets != -100
+  int64_t valid_targets = 0;     // number of targets != -100 in these rows
+  int64_t global_valid_targets = 0;  // ... in all rows of the global batch (the loss's divisor)
   // A staging loader's batch: tokens [B, T] then targets [B, T], i32, in one staging slot
   // (empty once uploaded).
   HostStaging::Lease staged;
@@ -76,10 +77,20 @@ struct DeviceBatch {
 };
 DeviceBatch upload(Batch& batch, Device device);
 
+// The rows of each global batch that a loader hands out: [begin, begin + count) of B
+// (data-parallel ranks each take a disjoint slice). count -1: all rows.
+struct RowSlice {
+  int64_t begin = 0, count = -1;
+};
+
 class Loader {
  public:
+  // B: rows of the global batch. With a row slice, every batch is drawn exactly as the whole
+  // global batch would be (the same generator steps, so the batches and the position do not
+  // depend on how the rows are split), but only the slice's rows are kept (and staged);
+  // global_valid_targets still counts the valid targets of all B rows.
   Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_t seed,
-         std::optional<Staging> staging = std::nullopt);
+         std::optional<Staging> staging = std::nullopt, RowSlice rows = {});
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

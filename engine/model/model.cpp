@@ -263,6 +263,10 @@ int64_t Model::num_params() const { return impl_->num_params; }
 Tensor Model::param(const std::string& fla_name) const { return impl_->param(fla_name); }
 Tensor Model::grad(const std::string& fla_name) const { return impl_->grad(fla_name); }
 optim::AdamWArenas& Model::arenas() { return impl_->arenas; }
+ParamRange Model::param_range(const std::string& fla_name) const {
+  const size_t i = impl_->index_of(fla_name);
+  return {impl_->offsets[i], shape_numel(impl_->specs[i].shape)};
+}
 
 void Model::init_weights(uint64_t seed) {
   Impl& m = *impl_;
@@ -279,8 +283,19 @@ void Model::refresh_shadow() {
   if (impl_->arenas.params_bf16.defined()) impl_->arenas.params_bf16.copy_(impl_->arenas.params);
 }
 
-void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum) {
+void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
+                             const GradsReadyHook* on_ready) {
   Impl& m = *impl_;
+  // The parameters whose gradients the backward has just finished, handed to on_ready.
+  auto ready = [&](std::initializer_list<std::string> prefixes_or_names) {
+    if (!on_ready) return;
+    std::vector<ParamRange> r;
+    for (size_t a = 0; a < m.specs.size(); ++a)
+      for (const std::string& p : prefixes_or_names)
+        if (m.specs[a].name.compare(0, p.size(), p) == 0 && (p.back() == '.' || m.specs[a].name == p))
+          r.push_back({m.offsets[a], shape_numel(m.specs[a].shape)});
+    (*on_ready)(r);
+  };
   if (!targets.defined()) throw std::invalid_argument("forward_backward: targets are required");
   m.check_batch(tokens, targets, "forward_backward");
   MatmulPrecisionScope precision(m.cfg.precision);
@@ -305,14 +320,18 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
     dy = Tensor();
     trunk.x_last = Tensor();
   }
+  if (m.cfg.tie_embeddings) ready({"model.norm.weight", "model.norm.bias"});
+  else ready({"lm_head.weight", "model.norm.weight", "model.norm.bias"});
   for (int i = static_cast<int>(m.cfg.num_layers) - 1; i >= 0; --i) {
     StageScope s(layer_stage(i));
     BlockContext ctx{m.cfg, i, true};
     dx = m.fns.backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
                         std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
+    ready({layer_prefix(i)});
   }
   StageScope s("embed");
   nn::embedding_backward(dx, tokens, m.emb_g);
+  ready({"model.embeddings.weight"});
 }
 
 void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,

@@ -15,6 +15,7 @@
 // host synchronisation.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,19 @@
 #include "engine/tensor.h"
 
 namespace lt::model {
+
+// Elements [offset, offset + count) of the flat arenas (one parameter, without its alignment
+// padding).
+struct ParamRange {
+  int64_t offset = 0, count = 0;
+};
+
+// Called by forward_backward (when given) each time the gradients of a group of parameters
+// are final for the micro-batch: their last contribution has been enqueued on the current
+// stream. The groups come in the order the backward finishes them: the LM head with the final
+// norm, layer L-1, ..., layer 0, the embedding (with the head when it is tied); together they
+// cover every parameter once. Runs on the calling thread, inside the backward's stages.
+using GradsReadyHook = std::function<void(const std::vector<ParamRange>& ready)>;
 
 class Model {
  public:
@@ -50,6 +64,7 @@ class Model {
   Tensor param(const std::string& fla_name) const;  // view into the parameter arena
   Tensor grad(const std::string& fla_name) const;   // view into the gradient arena
   optim::AdamWArenas& arenas();                     // params, grads, m, v, decay_end, bf16 shadow
+  ParamRange param_range(const std::string& fla_name) const;  // its place in the arenas
 
   // fla's initialisation, deterministic by seed (same on every device).
   void init_weights(uint64_t seed);
@@ -60,7 +75,10 @@ class Model {
 
   // One micro-batch of training: forward, loss, backward. Gradients are accumulated (+=);
   // loss_accum (f32 scalar {}, on the device) += sum of token losses * inv_count.
-  void forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum);
+  // on_ready: see GradsReadyHook (data-parallel training starts each gradient bucket's
+  // all-reduce from it, on the micro-batch that completes the step's gradients).
+  void forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
+                        const GradsReadyHook* on_ready = nullptr);
   // Evaluation: loss_accum += sum of token losses * inv_count; correct ([B*T] i32, may be
   // undefined) gets 1 where the argmax prediction equals the target, 0 where not, -1 ignored.
   void evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,

@@ -227,7 +227,8 @@ const std::vector<SchemaEntry>& config_schema() {
       number("data.val_fraction", 0.05, 0.0, 0.5, "text / tokens: tail fraction held out for validation"),
       integer("data.prefetch", 2, 0, 64, "batches prepared ahead by the loader thread (0: inline)"),
       // train
-      integer("train.batch_size", 8, 1, 1 << 20, "sequences per micro-batch (B)"),
+      integer("train.batch_size", 8, 1, 1 << 20,
+              "sequences per micro-batch (B), over all data-parallel ranks (each takes B / ranks rows)"),
       integer("train.seq_len", 256, 1, 1 << 20, "tokens per sequence (T)"),
       integer("train.grad_accum", 1, 1, 4096, "micro-batches per optimizer step"),
       integer("train.steps", 1000, 1, 1e12, "optimizer steps of the whole run"),
@@ -252,6 +253,13 @@ const std::vector<SchemaEntry>& config_schema() {
       number("train.spike_zscore", 0.0, 0.0, 1e6,
              "skip the update when the loss is this many standard deviations above the recent mean; 0: off"),
       integer("train.spike_window", 100, 2, 1e6, "steps in the loss-spike window"),
+      // data parallel (trainer --nproc N, or a launcher's RANK / WORLD_SIZE)
+      number("dist.bucket_mb", 25.0, 0.001, 65536.0, "gradient bucket size (MiB) of the data-parallel reduction"),
+      string("dist.reduce_dtype", "fp32", {"fp32", "bf16"}, "dtype the gradients are reduced in across ranks"),
+      boolean("dist.overlap", true, "reduce each bucket as soon as its gradients are final, under the backward"),
+      boolean("dist.zero1", false, "shard the AdamW state over the ranks (ZeRO stage 1)"),
+      number("dist.timeout_s", 600.0, 1.0, 1e7, "a rank that finishes no step for this long ends the job"),
+      number("dist.rendezvous_timeout_s", 120.0, 1.0, 1e6, "how long the ranks wait for each other at the start"),
   };
   return schema;
 }
@@ -442,6 +450,13 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   t.max_consecutive_skips = get<int64_t>(eff, "train.max_consecutive_skips");
   t.spike_zscore = get<double>(eff, "train.spike_zscore");
   t.spike_window = get<int64_t>(eff, "train.spike_window");
+  DistConfig& dc = rc.dist;
+  dc.bucket_bytes = static_cast<int64_t>(get<double>(eff, "dist.bucket_mb") * 1048576.0);
+  dc.reduce_bf16 = get<std::string>(eff, "dist.reduce_dtype") == "bf16";
+  dc.overlap = get<bool>(eff, "dist.overlap");
+  dc.zero1 = get<bool>(eff, "dist.zero1");
+  dc.timeout_s = get<double>(eff, "dist.timeout_s");
+  dc.rendezvous_timeout_s = get<double>(eff, "dist.rendezvous_timeout_s");
   rc.effective = eff;
   return rc;
 }

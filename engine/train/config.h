@@ -12,7 +12,8 @@
 //   { "description": "...", "out": "runs/quick", "device": "auto",
 //     "model": { "arch": "kda", "hidden_size": 64, ... },
 //     "data":  { "source": "synthetic", "task": "mqar", ... },
-//     "train": { "batch_size": 8, "seq_len": 64, "steps": 300, ... } }
+//     "train": { "batch_size": 8, "seq_len": 64, "steps": 300, ... },
+//     "dist":  { "bucket_mb": 25, "zero1": false, ... } }
 // Errors (unknown key, wrong type, out-of-range value, NaN/inf, missing file, unparsable
 // JSON) throw ConfigError whose message names the key path and the expected form; the
 // trainer turns it into exit code 2 before writing anything.
@@ -84,11 +85,22 @@ struct TrainConfig {
   int64_t spike_window = 100;
 };
 
+// Data-parallel training (engine/dist): used when the job has several ranks.
+struct DistConfig {
+  int64_t bucket_bytes = int64_t{25} << 20;
+  bool reduce_bf16 = false;
+  bool overlap = true;
+  bool zero1 = false;
+  double timeout_s = 600.0;
+  double rendezvous_timeout_s = 120.0;
+};
+
 struct RunConfig {
   std::string description;
   model::ModelConfig model;
   data::DataConfig data;
   TrainConfig train;
+  DistConfig dist;
   std::string out_dir;
   std::string device;                // auto | cpu | cuda | cuda:N
   nlohmann::ordered_json effective;  // every key, schema order

@@ -58,6 +58,7 @@ struct Instrumentation::Impl {
   int64_t launches_before = 0;
   int64_t bench_launches = 0;
   nlohmann::json card_before;
+  std::vector<double> comm_ms, comm_exposed_ms;  // measured data-parallel steps
   std::chrono::steady_clock::time_point host_start;
 #if LINTRAIN_WITH_CUDA
   // The measured steps' boundaries: events 2k and 2k + 1 open and close measured step k.
@@ -135,6 +136,15 @@ void Instrumentation::before_step(int64_t step) {
     I.host_start = std::chrono::steady_clock::now();
   }
   if (I.opt.timers.timed(k)) I.timer.begin_step(k);
+}
+
+void Instrumentation::step_result(const StepStats& stats) {
+  Impl& I = *impl_;
+  const int64_t k = I.measured_index(stats.step);
+  if (I.opt.bench_steps > 0 && I.opt.ranks > 0 && k >= 0 && k < I.opt.bench_steps && stats.comm_ms > 0) {
+    I.comm_ms.push_back(stats.comm_ms);
+    I.comm_exposed_ms.push_back(stats.comm_exposed_ms);
+  }
 }
 
 void Instrumentation::after_step(const StepStats& stats) {
@@ -241,6 +251,15 @@ nlohmann::json Instrumentation::finish() {
     r["device"] = I.device.str();
     r["card_before"] = I.card_before;
     r["card_after"] = card_state(I.device);
+    r["ranks"] = I.opt.ranks;
+    if (!I.comm_ms.empty()) {
+      // Per step: the reduction on the communication stream and the part the compute stream
+      // waited for; hidden = the rest, which ran under the backward.
+      const Spread c = spread_of(I.comm_ms), e = spread_of(I.comm_exposed_ms);
+      r["dist"] = {{"comm_ms", spread_json(c)},
+                   {"comm_exposed_ms", spread_json(e)},
+                   {"hidden_fraction", c.median > 0 ? 1.0 - e.median / c.median : 0.0}};
+    }
     const std::vector<std::string> warnings = card_warnings(I.card_before, r["card_after"], ::getpid());
     r["warnings"] = warnings;
     for (const auto& w : warnings) spdlog::warn("bench: {}", w);

@@ -10,6 +10,8 @@
 // file, from CUPTI (the constructor throws std::runtime_error when it cannot be recorded).
 // The allocator's bytes are sampled at stage boundaries only for --timers-trace.
 // Bench: every measured step's time from a CUDA event pair recorded at its boundaries
+// (data parallel: also each measured step's gradient-reduction time and its exposed part,
+// StepStats::comm_ms / comm_exposed_ms, as "dist" in the result)
 // (steady clock on the CPU); the events are read at the end, not per step, so measuring
 // leaves the host free to run ahead of the GPU; a timed step's end is recorded before its
 // table is built, so the table's host work is not part of the step. At the end the result JSON (engine/train/bench.h) with the card's state before and after.
@@ -42,6 +44,7 @@ struct InstrumentOptions {
   std::string alloc_trace;        // --alloc-trace FILE ("" = off)
   int64_t alloc_trace_steps = 3;  // steps traced from the first of the run
   int64_t alloc_snapshot_at = 0;  // --alloc-snapshot-at STEP (0 = never)
+  int ranks = 1;                  // data-parallel ranks of the job (the bench result says it)
 };
 
 class Instrumentation : public StepListener {
@@ -50,6 +53,7 @@ class Instrumentation : public StepListener {
   ~Instrumentation() override;
   void before_step(int64_t step) override;
   void after_step(const StepStats& stats) override;
+  void step_result(const StepStats& stats) override;  // the bench's data-parallel comm figures
   // Writes what is pending (bench result, timers trace, an allocator trace cut short) and
   // returns the allocator summary as JSON. Call once, after the run.
   nlohmann::json finish();

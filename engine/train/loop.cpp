@@ -22,6 +22,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "engine/data/loader.h"
+#include "engine/dist/grad_sync.h"
 #include "engine/model/decode.h"
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
@@ -130,20 +131,21 @@ int64_t arena_offset(model::Model& m, const std::string& name) {
   return m.param(name).offset() - m.arenas().params.offset();
 }
 
-std::vector<io::NamedTensor> moment_tensors(model::Model& m) {
+// The moments of every parameter under its checkpoint name, as views of the full [P] moment
+// tensors m_full, v_full (the model's arenas, or GradSync's gathered ones).
+std::vector<io::NamedTensor> moment_tensors(model::Model& m, const Tensor& m_full, const Tensor& v_full) {
   std::vector<io::NamedTensor> out;
-  auto& a = m.arenas();
   for (const auto& s : m.specs()) {
     int64_t off = arena_offset(m, s.name);
     int64_t n = shape_numel(s.shape);
-    out.push_back({"m." + s.name, a.m.narrow(0, off, n).view(s.shape)});
-    out.push_back({"v." + s.name, a.v.narrow(0, off, n).view(s.shape)});
+    out.push_back({"m." + s.name, m_full.narrow(0, off, n).view(s.shape)});
+    out.push_back({"v." + s.name, v_full.narrow(0, off, n).view(s.shape)});
   }
   return out;
 }
 
-void load_moments(model::Model& m, const io::SafetensorsFile& f) {
-  auto& a = m.arenas();
+// Reads the checkpoint's moments into the full [P] tensors m_full, v_full.
+void load_moments(model::Model& m, const io::SafetensorsFile& f, Tensor& m_full, Tensor& v_full) {
   for (const auto& s : m.specs()) {
     int64_t off = arena_offset(m, s.name);
     int64_t n = shape_numel(s.shape);
@@ -152,7 +154,7 @@ void load_moments(model::Model& m, const io::SafetensorsFile& f) {
       if (src.shape() != s.shape)
         throw std::runtime_error("checkpoint state '" + f.path + "': " + which + s.name + " has shape " +
                                  shape_str(src.shape()) + ", the model wants " + shape_str(s.shape));
-      Tensor dst = (which[0] == 'm' ? a.m : a.v).narrow(0, off, n).view(s.shape);
+      Tensor dst = (which[0] == 'm' ? m_full : v_full).narrow(0, off, n).view(s.shape);
       dst.copy_(src);
     }
   }
@@ -416,7 +418,15 @@ LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string
 RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   const TrainConfig& tc = rc.train;
   const int64_t B = tc.batch_size, T = tc.seq_len;
-  Device dev = resolve_device(rc.device);
+  dist::Job* const job = options.job;
+  const int rank = job ? job->rank() : 0, world = job ? job->world() : 1;
+  const bool writer = rank == 0;  // the rank that writes files, evaluates and samples
+  Device dev = job ? job->device() : resolve_device(rc.device);
+  if (B % world != 0)
+    throw ConfigError("config key 'train.batch_size': " + std::to_string(B) + " rows cannot be split evenly over " +
+                      std::to_string(world) + " data-parallel ranks (use a multiple of " + std::to_string(world) +
+                      ")");
+  const data::RowSlice rows{rank * (B / world), B / world};
 
   // ---- everything that can be bad input is checked before the first write -------------
   const std::vector<int64_t>& inject = inject_nonfinite_steps();
@@ -469,7 +479,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     // steps in flight, plus the one being filled (the ring grows if that is not enough).
     const int slots = rc.data.prefetch + static_cast<int>(3 * tc.grad_accum) + 1;
     train_loader =
-        std::make_unique<data::Loader>(rc.data, data::Split::train, B, T, tc.seed, data::Staging{dev, slots});
+        std::make_unique<data::Loader>(rc.data, data::Split::train, B, T, tc.seed, data::Staging{dev, slots}, rows);
     data::Loader probe(rc.data, data::Split::val, B, T, tc.seed);
     if (probe.vocab_size() > rc.model.vocab_size)
       throw ConfigError("data vocabulary " + std::to_string(probe.vocab_size()) + " exceeds model.vocab_size " +
@@ -485,8 +495,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
   }
 
-  // The output folder must be writable before anything else happens in it.
-  {
+  // The output folder must be writable before anything else happens in it (the writer's).
+  if (writer) {
     std::error_code ec;
     fs::create_directories(rc.out_dir, ec);
     std::string probe = (fs::path(rc.out_dir) / (".write-test." + std::to_string(::getpid()))).string();
@@ -497,18 +507,18 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     std::fclose(f);
     fs::remove(probe, ec);
   }
-  // Leftovers of checkpoints interrupted while being written.
-  for (const auto& e : fs::directory_iterator(rc.out_dir)) {
-    std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind(".step-", 0) == 0) fs::remove_all(e.path());
-  }
-  if (options.resume == "none") {
-    for (const auto& d : checkpoint_list(rc.out_dir)) {
-      spdlog::info("--resume none: removing the old checkpoint {}", d);
-      fs::remove_all(d);
+  if (writer) {
+    // Leftovers of checkpoints interrupted while being written.
+    for (const auto& e : fs::directory_iterator(rc.out_dir)) {
+      std::string n = e.path().filename().string();
+      if (e.is_directory() && n.rfind(".step-", 0) == 0) fs::remove_all(e.path());
     }
-  }
-  {
+    if (options.resume == "none") {
+      for (const auto& d : checkpoint_list(rc.out_dir)) {
+        spdlog::info("--resume none: removing the old checkpoint {}", d);
+        fs::remove_all(d);
+      }
+    }
     std::ofstream f(fs::path(rc.out_dir) / "config.json", std::ios::trunc);
     f << rc.effective.dump(2) << "\n";
   }
@@ -517,22 +527,53 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   int64_t step = 0, applied = 0, skipped = 0, consecutive = 0;
   std::deque<double> window;
   model->init_weights(tc.seed);
+  // Data parallel: the gradient reduction (and, under dist.zero1, the moments' shards).
+  std::unique_ptr<dist::GradSync> sync;
+  if (job) {
+    dist::GradSyncConfig gc;
+    gc.bucket_bytes = rc.dist.bucket_bytes;
+    gc.reduce_dtype = rc.dist.reduce_bf16 ? DType::bf16 : DType::f32;
+    gc.overlap = rc.dist.overlap;
+    gc.zero1 = rc.dist.zero1;
+    sync = std::make_unique<dist::GradSync>(job->comm(), *model, gc);
+  }
   const std::string metrics_path = (fs::path(rc.out_dir) / "metrics.jsonl").string();
   if (resume_from) {
     StageScope stage("checkpoint");
     model->load_params(resume_from->model);
     model->refresh_shadow();
-    load_moments(*model, resume_from->state);
+    if (sync) {
+      const int64_t P = model->arenas().params.numel();
+      Tensor m_full = Tensor::zeros({P}, model->arenas().params.dtype(), dev);
+      Tensor v_full = Tensor::zeros({P}, model->arenas().params.dtype(), dev);
+      load_moments(*model, resume_from->state, m_full, v_full);
+      sync->load_moments_full(m_full, v_full);
+    } else {
+      load_moments(*model, resume_from->state, model->arenas().m, model->arenas().v);
+    }
     const auto& s = resume_from->loop_state;
     step = s.at("step").get<int64_t>();
     applied = s.at("applied").get<int64_t>();
     skipped = s.at("skipped").get<int64_t>();
     consecutive = s.at("consecutive_skips").get<int64_t>();
     for (const auto& b : s.at("loss_window")) window.push_back(bits_double(b.get<uint64_t>()));
-    metrics_truncate(metrics_path, step);
+    if (writer) metrics_truncate(metrics_path, step);
     spdlog::info("resumed from {} at step {} of {}", resume_from->dir, step, tc.steps);
-  } else {
+  } else if (writer) {
     std::ofstream(metrics_path, std::ios::trunc);
+  }
+  if (job) {
+    // Every rank starts from rank 0's parameters and at rank 0's step.
+    Tensor where = Tensor::full({1}, static_cast<double>(step), DType::f64, dev);
+    job->comm().broadcast(where, 0, current_stream(dev));
+    const auto root_step = static_cast<int64_t>(where.item());
+    if (root_step != step)
+      throw std::runtime_error("rank " + std::to_string(rank) + " resumed at step " + std::to_string(step) +
+                               ", rank 0 at step " + std::to_string(root_step) +
+                               ": the ranks do not see the same checkpoints in '" + rc.out_dir + "'");
+    job->comm().broadcast(model->arenas().params, 0, current_stream(dev));
+    model->refresh_shadow();
+    job->progress();
   }
   const std::string config_text = rc.effective.dump();
 
@@ -547,8 +588,12 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     for (double x : window) s["loss_window"].push_back(double_bits(x));
     s["data"] = train_loader->state();
     s["seed"] = tc.seed;
-    std::string dir = checkpoint_write(rc.out_dir, step, model->named_params(), moment_tensors(*model), s, config_text,
-                                       tc.keep_checkpoints);
+    // Data parallel: the moments as one [P] pair on every rank (gathered under zero1: a
+    // collective, so every rank comes here); rank 0 writes.
+    auto [m_full, v_full] = sync ? sync->moments_full() : std::pair{model->arenas().m, model->arenas().v};
+    if (!writer) return std::string();
+    std::string dir = checkpoint_write(rc.out_dir, step, model->named_params(), moment_tensors(*model, m_full, v_full),
+                                       s, config_text, tc.keep_checkpoints);
     spdlog::info("checkpoint {}", dir);
     return dir;
   };
@@ -566,8 +611,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     std::signal(SIGTERM, on_stop_signal);
   }
 
-  std::ofstream metrics(metrics_path, std::ios::app);
-  const bool live = ::isatty(::fileno(stderr)) != 0;
+  std::ofstream metrics;
+  if (writer) metrics.open(metrics_path, std::ios::app);
+  const bool live = writer && ::isatty(::fileno(stderr)) != 0;
   const double flops_per_token = model->flops_per_token(T);
   const double peak = peak_flops(dev, rc.model.precision);
   const int64_t tokens_per_step = B * T * tc.grad_accum;
@@ -577,10 +623,17 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     spdlog::warn("LINTRAIN_INJECT_NONFINITE: the loss of step(s) {} is made non-finite on the device (fault injection)",
                  list);
   }
-  Tensor loss_accum = Tensor::zeros({}, DType::f32, dev);
+  // The step's scalars [2] f32: the loss (accumulated over the micro-batches) and, data
+  // parallel, this rank's stop request; summed over the ranks before the update.
+  Tensor step_scalars = Tensor::zeros({2}, DType::f32, dev);
+  Tensor loss_accum = step_scalars.narrow(0, 0, 1).view({});
+  Tensor stop_flag = step_scalars.narrow(0, 1, 1);
   Tensor skipped_dev = Tensor::zeros({}, DType::i32, dev);
   Tensor report_dev = Tensor::zeros({3}, DType::f64, dev);  // loss, grad norm, skip code of the step
-  HostStaging readback(dev, 3 * sizeof(double), 4);         // the reports on their way to the host
+  // The reports on their way to the host: [3] f64, then the summed stop flag (f32).
+  constexpr size_t kStopOffset = 3 * sizeof(double);
+  HostStaging readback(dev, kStopOffset + sizeof(double), 4);
+  bool agreed_stop = false;  // data parallel: a rank asked to stop (read one step late)
   double ema_ms = 0.0;
   const int64_t first_step = step;
   auto clear_live = [&] {
@@ -589,11 +642,16 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
 
   spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, out {}", model::arch_name(rc.model.arch),
                model->num_params(), dev.str(), tc.steps, tokens_per_step, rc.out_dir);
+  if (job)
+    spdlog::info(
+        "data parallel: {} ranks ({}), {} rows each; {} gradient buckets, {} reduction{}{}", world,
+        job->comm().backend(), B / world, sync->buckets().size(), rc.dist.reduce_bf16 ? "bf16" : "fp32",
+        rc.dist.overlap ? ", overlapped with the backward" : "", rc.dist.zero1 ? ", AdamW state sharded (ZeRO-1)" : "");
 
   // A step whose result is on its way to the host.
   struct InFlight {
     StepStats st;
-    HostStaging::Lease report;  // [3] f64: loss, grad norm, skip code
+    HostStaging::Lease report;  // [3] f64: loss, grad norm, skip code; then the stop flag
     double spike_mean = 0.0, spike_sd = 0.0;
     size_t window_size = 0;
   };
@@ -608,9 +666,20 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     f.report.wait();
     double r[3];
     std::memcpy(r, f.report.data(), sizeof r);
+    if (sync) {
+      float stop_sum = 0.0f;
+      std::memcpy(&stop_sum, static_cast<const char*>(f.report.data()) + kStopOffset, sizeof stop_sum);
+      agreed_stop |= stop_sum > 0.0f;
+    }
     f.report.reset();
     StepStats& st = f.st;
     st.has_result = true;
+    // Every data-parallel step on CUDA is timed; the figures come in step order.
+    if (sync)
+      if (auto t = sync->take_timing()) {
+        st.comm_ms = t->comm_ms;
+        st.comm_exposed_ms = t->exposed_ms;
+      }
     st.loss = r[0];
     st.grad_norm = r[1];
     switch (static_cast<kern::SkipCode>(static_cast<int32_t>(r[2]))) {
@@ -639,17 +708,17 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     ema_ms = st.step == first_step + 1 ? st.ms : 0.9 * ema_ms + 0.1 * st.ms;
     if (options.listener) options.listener->step_result(st);
 
-    if (st.skipped) {
+    if (st.skipped && writer) {
       clear_live();
       spdlog::warn("step {}: update skipped: {} ({} in a row, {} in all)", st.step, st.skip_reason, consecutive,
                    skipped);
     }
     // The metrics record and the plain progress line every log_every steps; on a terminal
     // the live line is redrawn every step.
-    const bool log_now = st.step % tc.log_every == 0 || st.step == tc.steps;
+    const bool log_now = writer && (st.step % tc.log_every == 0 || st.step == tc.steps);
     if (log_now || live) {
-      const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);
-      const double mfu = peak > 0 ? flops_per_token * tok_s / peak : 0.0;
+      const double tok_s = static_cast<double>(tokens_per_step) / (ema_ms / 1000.0);  // all ranks'
+      const double mfu = peak > 0 ? flops_per_token * tok_s / (peak * world) : 0.0;
       MemoryStats mem = memory_stats(dev);
       if (log_now) {
         nlohmann::ordered_json j;
@@ -666,6 +735,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
         j["mem_in_use"] = mem.in_use;
         j["mem_reserved"] = mem.reserved;
         j["mem_peak"] = mem.peak;
+        if (sync && dev.is_cuda()) {
+          j["comm_ms"] = st.comm_ms;
+          j["comm_exposed_ms"] = st.comm_exposed_ms;
+        }
         metrics << j.dump() << "\n";
         metrics.flush();
       }
@@ -721,31 +794,39 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       StageScope stage("data");
       for (int64_t i = 0; i < tc.grad_accum; ++i) {
         batches.push_back(train_loader->next());
-        valid += batches.back().valid_targets;
+        valid += batches.back().global_valid_targets;  // the whole global batch's
       }
     }
     {
       StageScope stage("zero_grad");
       model->zero_grad();
-      loss_accum.zero_();
+      step_scalars.zero_();
     }
+    if (sync) sync->begin_step(/*timed=*/dev.is_cuda());
     {
       const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
-      for (auto& b : batches) {
+      for (size_t i = 0; i < batches.size(); ++i) {
         data::DeviceBatch d;
         {
           StageScope stage("data/upload");
-          d = data::upload(b, dev);
+          d = data::upload(batches[i], dev);
         }
-        model->forward_backward(d.tokens, d.targets, inv_count, loss_accum);
+        // The last micro-batch completes the gradients: its backward starts their reduction.
+        const bool last = i + 1 == batches.size();
+        model->forward_backward(d.tokens, d.targets, inv_count, loss_accum, sync && last ? &sync->hook() : nullptr);
       }
+    }
+    if (sync) {
+      StageScope stage("dist/sync");
+      if (g_stop_signal != 0) stop_flag.fill_(1.0);
+      sync->finish(step_scalars);
     }
     if (std::binary_search(inject.begin(), inject.end(), this_step))
       loss_accum.fill_(std::numeric_limits<double>::quiet_NaN());
     Tensor norm;
     {
       StageScope stage("optim/clip");
-      norm = optim::grad_norm(model->arenas().grads);
+      norm = sync ? sync->grad_norm() : optim::grad_norm(model->arenas().grads);
     }
     // The previous step's result: the device has this step's forward and backward queued.
     {
@@ -765,16 +846,21 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
         gate.spike_zscore = tc.spike_zscore;
         f.window_size = window.size();
       }
-      optim::adamw_step(model->arenas(), tc.adamw, st.lr, applied + 1, norm, skipped_dev, &gate);
+      optim::adamw_step(sync ? sync->update_arenas() : model->arenas(), tc.adamw, st.lr, applied + 1, norm,
+                        skipped_dev, &gate);
+      if (sync) sync->after_update();
       f.report = readback.acquire();
       copy_to_host_async(f.report, report_dev);
+      if (sync) copy_to_host_async(f.report, stop_flag, kStopOffset);
     }
     step = this_step;
     st.ms = ms_since(t0);
     if (options.listener) options.listener->after_step(st);
     in_flight = std::move(f);
+    if (job) job->progress();
 
-    const bool stop = g_stop_signal != 0;
+    // Data parallel, the ranks stop together: after the step whose result showed a request.
+    const bool stop = sync ? agreed_stop : g_stop_signal != 0;
     const bool eval_now =
         !options.measure_only && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
     const bool sample_now =
@@ -787,7 +873,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       if (stop_for_skips()) break;
     }
 
-    if (eval_now) {
+    if (eval_now && writer) {
       EvalResult ev = evaluate(*model, rc, tc.eval_batches);
       nlohmann::ordered_json j;
       j["type"] = "eval";
@@ -801,7 +887,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       spdlog::info("eval step {}: val loss {:.4f}, {} {:.3f}", step, ev.loss,
                    rc.data.source == "synthetic" && rc.data.task == "mqar" ? "MQAR accuracy" : "accuracy", ev.accuracy);
     }
-    if (sample_now) {
+    if (sample_now && writer) {
       StageScope stage("sample");
       // Prompt: the start of the first validation window (the same every time).
       data::Loader val(rc.data, data::Split::val, 1, std::min<int64_t>(T, 16), tc.seed);
@@ -817,11 +903,13 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       clear_live();
       save_checkpoint();
     }
+    if (job) job->progress();
     if (stop) {
       clear_live();
       spdlog::info(
           "{} received: stopped after step {} with a checkpoint. Resume with: trainer --config {} --resume auto{}",
-          g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
+          g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a stop request (another rank)",
+          step,
           options.config_path.empty() ? "<config>" : options.config_path, " --out " + rc.out_dir);
       result = RunResult::interrupted;
       break;
