@@ -21,6 +21,23 @@
 // bf16 (summed in f32 and rounded once by the host backends; NCCL rounds per step) and f64
 // (host backends; NCCL too). Violations throw std::invalid_argument naming the call.
 // Errors of the transport (a peer gone, a time-out) throw std::runtime_error naming the rank.
+//
+// How the backends behave:
+//   threads  a generation-counted barrier per call: the last rank to arrive compares every
+//            rank's call (op, dtype, shape, shards, root), does the whole collective on the
+//            ranks' tensors and releases the others; a mismatch or a bad argument on any rank
+//            throws std::invalid_argument on every rank (the group stays usable).
+//   tcp      a call is one round trip per rank to rank 0 over the data connection: the call's
+//            description and the rank's contribution out, a status and the result back; rank 0
+//            checks agreement as the threads backend does and uses the same summation, so the
+//            two give bit-identical results. A peer gone mid-call: std::runtime_error naming it.
+//   nccl     checks each rank's own arguments (device, contiguity, dtype, shards) only: ranks
+//            that disagree are not detected (NCCL hangs or mixes data). Reduce-scatter and
+//            all-gather over shards are grouped ncclReduce / ncclBroadcast (root r for shard
+//            r, in place), so shards may be uneven. GPU machines with NVLink need
+//            NCCL_NVLS_ENABLE=0 in the environment (no NVLink SHARP / multicast).
+// Shards (reduce_scatter_sum / all_gather): world of them, in rank order, not overlapping,
+// each within [0, t.numel()); elements between shards are left as they are.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -82,7 +99,7 @@ std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
 // did not arrive ("rendezvous at 127.0.0.1:29500: rank 2, 3 of 4 did not arrive within 60 s"),
 // a rank that arrived twice, or a world size that differs. The connections stay open for the
 // job's lifetime: they carry broadcast_blob, the tcp communicator's data, and the liveness
-// watch.
+// watch (two per rank > 0: control and data). A world of one opens no socket.
 class Rendezvous {
  public:
   Rendezvous(const WorldInfo& world, double timeout_s);
@@ -97,14 +114,20 @@ class Rendezvous {
   void barrier();
 
   // Watches the connections (rank 0: every other rank's; the others: rank 0's) on a thread
-  // of its own; when one closes (its process exited or died), calls on_lost(peer rank) on
-  // that thread. Without a callback: logs "rank R: lost contact with rank K (its process
-  // ended); ending this rank" and ends the process with exit code 1 (_exit: no destructors,
-  // no checkpoint; the last complete checkpoint stays as it is). Call once, after the last
-  // use of broadcast_blob / barrier.
+  // of its own; when one closes (its process exited or died, or its Rendezvous was
+  // destroyed), calls on_lost(peer rank) on that thread, once per peer. Without a callback:
+  // logs "rank R: lost contact with rank K (its process ended); ending this rank" and ends
+  // the process with exit code 1 (_exit: no destructors, no checkpoint; the last complete
+  // checkpoint stays as it is). The watcher never reads (poll with POLLRDHUP), so
+  // broadcast_blob / barrier keep working beside it. Throws std::logic_error while watching.
   void watch(std::function<void(int)> on_lost = {});
+  // Stops the watch (no-op when not watching); the destructor does it too. A clean end of a
+  // job: unwatch(); barrier(); then destroy, so no rank takes another's exit for a loss.
+  void unwatch();
 
-  // The "tcp" communicator over this rendezvous's ranks (its own connections), for CPU tensors.
+  // The "tcp" communicator over this rendezvous's ranks (its own connections, opened by the
+  // constructor), for CPU tensors. Not collective; it may outlive the Rendezvous.
+  // Communicators from one Rendezvous share those connections: one collective at a time.
   std::unique_ptr<Communicator> tcp_communicator();
 
  private:
