@@ -162,8 +162,8 @@ void stream_wait_event(const Stream& waiter, const Event& event) {
 #if LINTRAIN_WITH_CUDA
   note_device_work();
   detail::DeviceScope scope(waiter.device());
-  LT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle()),
-                                    static_cast<cudaEvent_t>(event.handle()), 0));
+  LT_CUDA_CHECK(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle()), static_cast<cudaEvent_t>(event.handle()), 0));
 #else
   (void)event;
 #endif

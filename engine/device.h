@@ -95,9 +95,9 @@ class Event {
   static Event create(Device device, bool timing = false);
   bool defined() const { return device_.is_cpu() ? cpu_defined_ : owner_ != nullptr; }
   Device device() const { return device_; }
-  void record(const Stream& stream);  // stream on this event's device
-  bool query() const;                 // the recorded work has completed (true on the CPU)
-  void synchronize() const;           // waits for it
+  void record(const Stream& stream);             // stream on this event's device
+  bool query() const;                            // the recorded work has completed (true on the CPU)
+  void synchronize() const;                      // waits for it
   void* handle() const { return owner_.get(); }  // cast to cudaEvent_t
   // Milliseconds between two recorded, completed timing events of one device (0 on the CPU).
   static double elapsed_ms(const Event& start, const Event& end);

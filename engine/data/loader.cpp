@@ -218,8 +218,8 @@ Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_
   else throw std::runtime_error("data: unknown source '" + cfg.source + "' (data.source: synthetic | text | tokens)");
   if (staging) {
     const int slots = staging->slots > 0 ? staging->slots : cfg.prefetch + 4;
-    m.staging =
-        std::make_unique<HostStaging>(staging->device, static_cast<size_t>(2 * rows.count * T) * sizeof(int32_t), slots);
+    m.staging = std::make_unique<HostStaging>(staging->device,
+                                              static_cast<size_t>(2 * rows.count * T) * sizeof(int32_t), slots);
   }
   // Train and validation draw from different streams of the same seed.
   uint64_t x = seed;

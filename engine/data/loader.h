@@ -50,10 +50,10 @@ struct DataConfig {
 };
 
 struct Batch {
-  int64_t B = 0, T = 0;          // B: the rows this batch holds (the loader's slice)
-  std::vector<int32_t> tokens;   // [B, T] (empty when staged)
-  std::vector<int32_t> targets;  // [B, T], -100 = ignored (empty when staged)
-  int64_t valid_targets = 0;     // number of targets != -100 in these rows
+  int64_t B = 0, T = 0;              // B: the rows this batch holds (the loader's slice)
+  std::vector<int32_t> tokens;       // [B, T] (empty when staged)
+  std::vector<int32_t> targets;      // [B, T], -100 = ignored (empty when staged)
+  int64_t valid_targets = 0;         // number of targets != -100 in these rows
   int64_t global_valid_targets = 0;  // ... in all rows of the global batch (the loss's divisor)
   // A staging loader's batch: tokens [B, T] then targets [B, T], i32, in one staging slot
   // (empty once uploaded).

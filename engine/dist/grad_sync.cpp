@@ -5,6 +5,7 @@
 #include <deque>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/ops.h"
 #include "kernels/launch.h"
@@ -32,8 +33,9 @@ struct GradSync::Impl {
   // Timing: a few event sets in turn, so that a step's events are read (one step late, by the
   // loop) before a later step records into them again.
   struct TimingSet {
-    Event comm_start, comm_end, wait_start, wait_end;
-    bool comm_started = false;
+    std::vector<std::pair<Event, Event>> ops;  // around each reduction on the comm stream
+    size_t used = 0;
+    Event wait_start, wait_end;  // around the compute stream's wait in finish()
   };
   static constexpr size_t kTimingSets = 3;
   std::vector<TimingSet> sets;
@@ -62,10 +64,7 @@ struct GradSync::Impl {
   void reduce_range(int64_t begin, int64_t end) {
     Tensor g = model.arenas().grads.narrow(0, begin, end - begin);
     StreamGuard guard(comm_stream);
-    if (timing && !timing->comm_started) {
-      timing->comm_start.record(comm_stream);
-      timing->comm_started = true;
-    }
+    timed_op_begin();
     Tensor t = g;
     if (cfg.reduce_dtype == DType::bf16) {
       t = wire.narrow(0, begin, end - begin);
@@ -81,6 +80,19 @@ struct GradSync::Impl {
       comm.all_reduce_sum(t, comm_stream);
       if (t.data_ptr() != g.data_ptr()) g.copy_(t);
     }
+    timed_op_end();
+  }
+
+  // An event pair on the communication stream around one reduction of a timed step.
+  void timed_op_begin() {
+    if (!timing) return;
+    if (timing->used == timing->ops.size())
+      timing->ops.emplace_back(Event::create(dev, true), Event::create(dev, true));
+    timing->ops[timing->used].first.record(comm_stream);
+  }
+  void timed_op_end() {
+    if (!timing) return;
+    timing->ops[timing->used++].second.record(comm_stream);
   }
 
   void reduce_bucket(size_t b) {
@@ -174,8 +186,7 @@ GradSync::GradSync(Communicator& comm, model::Model& model, const GradSyncConfig
   m.hook = [this](const std::vector<model::ParamRange>& ready) { impl_->on_ready(ready); };
   if (m.dev.is_cuda())
     for (size_t i = 0; i < Impl::kTimingSets; ++i)
-      m.sets.push_back({Event::create(m.dev, true), Event::create(m.dev, true), Event::create(m.dev, true),
-                        Event::create(m.dev, true)});
+      m.sets.push_back({{}, 0, Event::create(m.dev, true), Event::create(m.dev, true)});
 }
 
 GradSync::~GradSync() = default;
@@ -197,7 +208,7 @@ void GradSync::begin_step(bool timed) {
     m.next_set = (k + 1) % Impl::kTimingSets;
     std::erase(m.recorded, k);  // a set not read in time is dropped
     m.timing = &m.sets[k];
-    m.timing->comm_started = false;
+    m.timing->used = 0;
   }
 }
 
@@ -218,12 +229,9 @@ void GradSync::finish(Tensor& step_scalars) {
   m.comm_after_compute();
   {
     StreamGuard guard(m.comm_stream);
-    if (m.timing && !m.timing->comm_started) {
-      m.timing->comm_start.record(m.comm_stream);
-      m.timing->comm_started = true;
-    }
+    m.timed_op_begin();
     m.comm.all_reduce_sum(step_scalars, m.comm_stream);
-    if (m.timing) m.timing->comm_end.record(m.comm_stream);
+    m.timed_op_end();
   }
   if (m.dev.is_cuda()) {
     Stream compute = current_stream(m.dev);
@@ -244,9 +252,7 @@ Tensor GradSync::grad_norm() {
   return ops::sqrt(sq);
 }
 
-optim::AdamWArenas& GradSync::update_arenas() {
-  return impl_->cfg.zero1 ? impl_->shard_arenas : impl_->model.arenas();
-}
+optim::AdamWArenas& GradSync::update_arenas() { return impl_->cfg.zero1 ? impl_->shard_arenas : impl_->model.arenas(); }
 
 void GradSync::after_update() {
   Impl& m = *impl_;
@@ -262,9 +268,8 @@ std::optional<CommTiming> GradSync::take_timing() {
   Impl::TimingSet& set = m.sets[m.recorded.front()];
   m.recorded.pop_front();
   set.wait_end.synchronize();
-  set.comm_end.synchronize();
   CommTiming t;
-  t.comm_ms = Event::elapsed_ms(set.comm_start, set.comm_end);
+  for (size_t i = 0; i < set.used; ++i) t.comm_ms += Event::elapsed_ms(set.ops[i].first, set.ops[i].second);
   t.exposed_ms = Event::elapsed_ms(set.wait_start, set.wait_end);
   return t;
 }

@@ -55,9 +55,11 @@ struct GradSyncConfig {
   bool zero1 = false;
 };
 
-// The communication time of one step (CUDA; zeros on the CPU): comm_ms from the first
-// reduction's start to the last one's end on the communication stream; exposed_ms how long
-// the compute stream waited for it in finish(). Hidden under the backward: comm - exposed.
+// The communication time of one step (CUDA; zeros on the CPU): comm_ms, the time the
+// communication stream spent in the step's reductions (the sum of an event pair around each:
+// bucket conversions, the collectives, the scalars; not its waits for the compute stream);
+// exposed_ms, how long the compute stream waited for it in finish(). The rest, comm - exposed,
+// ran under the backward.
 struct CommTiming {
   double comm_ms = 0.0, exposed_ms = 0.0;
 };

@@ -36,7 +36,6 @@ struct Job::Impl {
   Device device;
   std::unique_ptr<Rendezvous> rv;
   std::unique_ptr<Communicator> comm;
-  std::atomic<bool> leaving{false};
 
   // Watchdog: ends the process when progress() has not been called for timeout_s.
   double timeout_s = 600.0;
@@ -82,10 +81,10 @@ Job::Job(const WorldInfo& world, const std::string& device_spec, double rendezvo
   m.rv = std::make_unique<Rendezvous>(world, rendezvous_timeout_s);
   m.comm = m.device.is_cuda() ? make_nccl(*m.rv, m.device) : m.rv->tcp_communicator();
   m.rv->watch([&m](int peer) {
-    if (m.leaving.load()) return;
-    spdlog::error("rank {}: lost contact with rank {} (its process ended); ending this rank (the last checkpoint is "
-                  "intact; resume with the same command)",
-                  m.world.rank, peer);
+    spdlog::error(
+        "rank {}: lost contact with rank {} (its process ended); ending this rank (the last checkpoint is "
+        "intact; resume with the same command)",
+        m.world.rank, peer);
     spdlog::default_logger()->flush();
     std::_Exit(1);
   });
@@ -110,15 +109,10 @@ Communicator& Job::comm() { return *impl_->comm; }
 Rendezvous& Job::rendezvous() { return *impl_->rv; }
 void Job::progress() { impl_->last_progress_ns = Impl::now_ns(); }
 void Job::finish() {
-  // A barrier through the communicator: an all-reduce every rank must enter, waited for.
-  auto barrier = [this] {
-    Tensor t = Tensor::full({1}, 1.0, DType::f32, impl_->device);
-    impl_->comm->all_reduce_sum(t, current_stream(impl_->device));
-    (void)t.item();
-  };
-  barrier();
-  impl_->leaving = true;
-  barrier();
+  // Every rank stops watching before it enters the barrier, so once the barrier is passed no
+  // rank takes another's exit for a loss.
+  impl_->rv->unwatch();
+  impl_->rv->barrier();
 }
 
 }  // namespace lt::dist

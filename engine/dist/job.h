@@ -42,8 +42,6 @@ class Job {
   // Feeds the watchdog: the loop calls it after every step and around long host work.
   void progress();
   // The job's orderly end, collective: after it no rank treats another's exit as a fault.
-  // (Two barriers: past the first, each rank ignores lost peers; past the second, every rank
-  // is past the first, so closing the connections alarms nobody.)
   void finish();
 
  private:

@@ -30,8 +30,9 @@ extern "C" void on_launcher_signal(int sig) {
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-                                  strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
   return "ended (status " + std::to_string(status) + ")";
 }
 
@@ -65,10 +66,11 @@ int launch_local(int nproc, const std::vector<std::string>& argv, double grace_s
   spdlog::info("--nproc {}: starting ranks 0..{} on this host (rendezvous 127.0.0.1:{})", nproc, nproc - 1, port);
 
   g_signals = 0;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_launcher_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
@@ -79,7 +81,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, double grace_s
     if (pid < 0) throw std::runtime_error(std::string("--nproc: fork failed: ") + std::strerror(errno));
     if (pid == 0) {
       ::setpgid(0, group);
-      struct sigaction dfl{};
+      struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       sigaction(SIGINT, &dfl, nullptr);
       sigaction(SIGTERM, &dfl, nullptr);
@@ -142,8 +144,8 @@ int launch_local(int nproc, const std::vector<std::string>& argv, double grace_s
           else spdlog::error("--nproc: rank {} {}", r, describe(status));
           if (live > 0 && !killing) {
             killing = true;
-            kill_at = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000.0));
+            kill_at =
+                std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000.0));
           }
         } else {
           spdlog::info("--nproc: rank {} {}", r, describe(status));

@@ -61,9 +61,9 @@ class Model {
   // The spec list with full fla names, in arena order.
   const std::vector<ParamSpec>& specs() const;
   int64_t num_params() const;
-  Tensor param(const std::string& fla_name) const;  // view into the parameter arena
-  Tensor grad(const std::string& fla_name) const;   // view into the gradient arena
-  optim::AdamWArenas& arenas();                     // params, grads, m, v, decay_end, bf16 shadow
+  Tensor param(const std::string& fla_name) const;            // view into the parameter arena
+  Tensor grad(const std::string& fla_name) const;             // view into the gradient arena
+  optim::AdamWArenas& arenas();                               // params, grads, m, v, decay_end, bf16 shadow
   ParamRange param_range(const std::string& fla_name) const;  // its place in the arenas
 
   // fla's initialisation, deterministic by seed (same on every device).

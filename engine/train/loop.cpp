@@ -424,8 +424,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   Device dev = job ? job->device() : resolve_device(rc.device);
   if (B % world != 0)
     throw ConfigError("config key 'train.batch_size': " + std::to_string(B) + " rows cannot be split evenly over " +
-                      std::to_string(world) + " data-parallel ranks (use a multiple of " + std::to_string(world) +
-                      ")");
+                      std::to_string(world) + " data-parallel ranks (use a multiple of " + std::to_string(world) + ")");
   const data::RowSlice rows{rank * (B / world), B / world};
 
   // ---- everything that can be bad input is checked before the first write -------------
@@ -643,10 +642,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, out {}", model::arch_name(rc.model.arch),
                model->num_params(), dev.str(), tc.steps, tokens_per_step, rc.out_dir);
   if (job)
-    spdlog::info(
-        "data parallel: {} ranks ({}), {} rows each; {} gradient buckets, {} reduction{}{}", world,
-        job->comm().backend(), B / world, sync->buckets().size(), rc.dist.reduce_bf16 ? "bf16" : "fp32",
-        rc.dist.overlap ? ", overlapped with the backward" : "", rc.dist.zero1 ? ", AdamW state sharded (ZeRO-1)" : "");
+    spdlog::info("data parallel: {} ranks ({}), {} rows each; {} gradient buckets, {} reduction{}{}", world,
+                 job->comm().backend(), B / world, sync->buckets().size(), rc.dist.reduce_bf16 ? "bf16" : "fp32",
+                 rc.dist.overlap ? ", overlapped with the backward" : "",
+                 rc.dist.zero1 ? ", AdamW state sharded (ZeRO-1)" : "");
 
   // A step whose result is on its way to the host.
   struct InFlight {
@@ -846,8 +845,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
         gate.spike_zscore = tc.spike_zscore;
         f.window_size = window.size();
       }
-      optim::adamw_step(sync ? sync->update_arenas() : model->arenas(), tc.adamw, st.lr, applied + 1, norm,
-                        skipped_dev, &gate);
+      optim::adamw_step(sync ? sync->update_arenas() : model->arenas(), tc.adamw, st.lr, applied + 1, norm, skipped_dev,
+                        &gate);
       if (sync) sync->after_update();
       f.report = readback.acquire();
       copy_to_host_async(f.report, report_dev);
@@ -908,9 +907,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       clear_live();
       spdlog::info(
           "{} received: stopped after step {} with a checkpoint. Resume with: trainer --config {} --resume auto{}",
-          g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a stop request (another rank)",
-          step,
-          options.config_path.empty() ? "<config>" : options.config_path, " --out " + rc.out_dir);
+          g_stop_signal == SIGINT    ? "SIGINT"
+          : g_stop_signal == SIGTERM ? "SIGTERM"
+                                     : "a stop request (another rank)",
+          step, options.config_path.empty() ? "<config>" : options.config_path, " --out " + rc.out_dir);
       result = RunResult::interrupted;
       break;
     }

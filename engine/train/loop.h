@@ -93,9 +93,9 @@ struct StepStats {
   double grad_norm = 0.0;  // before clipping
   bool skipped = false;
   std::string skip_reason;  // "non-finite loss", "loss spike (z = 7.1)", ...
-  // Data parallel on CUDA, with the result: the step's gradient reduction on the
-  // communication stream (first bucket to the last), and the part of it the compute stream
-  // waited for (the rest ran under the backward). 0 otherwise.
+  // Data parallel on CUDA, with the result: the time the communication stream spent in the
+  // step's reductions, and the part of it the compute stream waited for (the rest ran under
+  // the backward); dist::CommTiming. 0 otherwise.
   double comm_ms = 0.0, comm_exposed_ms = 0.0;
 };
 

@@ -14,7 +14,7 @@
 #include "engine/device.h"
 #include "engine/dist/comm.h"
 #include "engine/train/checkpoint.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/train/trainer_dist_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;
@@ -24,45 +24,23 @@ using lt::traintest::write_text;
 
 namespace {
 
-// A small KDA model in bf16 on cuda (global batch 8, T 128).
+// A small KDA model on cuda (global batch 8, T 128).
 std::string gpu_config(const std::string& out, int64_t steps, int64_t checkpoint_every, const std::string& dist = "") {
-  return R"({
-  "description": "test: small KDA on MQAR, data parallel on CUDA",
-  "out": ")" +
-         out + R"(",
-  "device": "auto",
-  "model": {"arch": "kda", "vocab_size": 256, "hidden_size": 128, "num_layers": 2, "num_heads": 2, "head_dim": 64,
-            "chunk": 32, "precision": "fp32"},
-  "data": {"source": "synthetic", "task": "mqar", "mqar_pairs": 8, "prefetch": 2},
-  "train": {"batch_size": 8, "seq_len": 128, "steps": )" +
-         std::to_string(steps) +
-         R"(, "lr": 3e-3, "warmup_steps": 3, "seed": 5, "eval_every": 0, "eval_batches": 1,
-            "checkpoint_every": )" +
-         std::to_string(checkpoint_every) + R"(, "keep_checkpoints": 5, "log_every": 1},
-  "dist": {"bucket_mb": 0.25, "rendezvous_timeout_s": 60, "timeout_s": 120)" +
-         dist + R"(}
-})";
+  lt::traintest::DistRun r;
+  r.out = out;
+  r.device = "auto";
+  r.model = R"("arch": "kda", "vocab_size": 256, "hidden_size": 128, "num_layers": 2, "num_heads": 2,
+               "head_dim": 64, "chunk": 32, "precision": "fp32")";
+  r.data = R"("source": "synthetic", "task": "mqar", "mqar_pairs": 8, "prefetch": 2)";
+  r.seq_len = 128;
+  r.steps = steps;
+  r.checkpoint_every = checkpoint_every;
+  r.timeout_s = 120;
+  r.dist = dist;
+  return lt::traintest::dist_config(r);
 }
-
-std::vector<std::pair<double, double>> losses(const std::string& metrics) {
-  std::vector<std::pair<double, double>> out;
-  for (const auto& j : lt::traintest::train_records(metrics))
-    out.emplace_back(j["loss"].get<double>(), j["grad_norm"].get<double>());
-  return out;
-}
-
-void check_close(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b,
-                 double tol) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("step " << i + 1 << ": loss " << a[i].first << " vs " << b[i].first);
-    CHECK(std::abs(a[i].first - b[i].first) <= tol * std::abs(a[i].first));
-    CHECK(std::abs(a[i].second - b[i].second) <= tol * std::abs(a[i].second) + 1e-6);
-    worst = std::max(worst, std::abs(a[i].first - b[i].first) / std::abs(a[i].first));
-  }
-  WARN("largest relative loss difference " << worst);
-}
+using lt::traintest::check_close;
+auto losses = lt::traintest::loss_trajectory;
 
 bool nccl_or_warn() {
   std::string why;
@@ -135,8 +113,7 @@ TEST_CASE("trainer cuda --nproc 2: two GPUs follow one; a killed rank ends the j
     REQUIRE(std::chrono::steady_clock::now() < deadline);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::istringstream kids(
-      read_text("/proc/" + std::to_string(p.pid) + "/task/" + std::to_string(p.pid) + "/children"));
+  std::istringstream kids(read_text("/proc/" + std::to_string(p.pid) + "/task/" + std::to_string(p.pid) + "/children"));
   std::vector<pid_t> pids;
   for (pid_t c; kids >> c;) pids.push_back(c);
   REQUIRE(pids.size() == 2);

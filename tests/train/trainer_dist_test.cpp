@@ -17,7 +17,7 @@
 
 #include "engine/dist/launch.h"
 #include "engine/train/checkpoint.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/train/trainer_dist_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;
@@ -29,42 +29,15 @@ namespace {
 
 // A tiny KDA model on synthetic MQAR (global batch 8): a few seconds for 12 steps.
 std::string dist_config(const std::string& out, int64_t steps, int64_t checkpoint_every, const std::string& dist = "") {
-  return R"({
-  "description": "test: tiny KDA on MQAR, data parallel",
-  "out": ")" +
-         out + R"(",
-  "device": "cpu",
-  "model": {"arch": "kda", "vocab_size": 32, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "head_dim": 16, "chunk": 16},
-  "data": {"source": "synthetic", "task": "mqar", "mqar_pairs": 4, "prefetch": 1},
-  "train": {"batch_size": 8, "seq_len": 32, "steps": )" +
-         std::to_string(steps) +
-         R"(, "lr": 3e-3, "warmup_steps": 3, "weight_decay": 0.01, "seed": 11, "eval_every": 0, "eval_batches": 1,
-            "checkpoint_every": )" +
-         std::to_string(checkpoint_every) + R"(, "keep_checkpoints": 5, "log_every": 1},
-  "dist": {"bucket_mb": 0.01, "rendezvous_timeout_s": 30, "timeout_s": 60)" +
-         dist + R"(}
-})";
+  lt::traintest::DistRun r;
+  r.out = out;
+  r.steps = steps;
+  r.checkpoint_every = checkpoint_every;
+  r.dist = dist;
+  return lt::traintest::dist_config(r);
 }
-
-// (loss, grad norm) of every step of a run's metrics.jsonl.
-std::vector<std::pair<double, double>> losses(const std::string& metrics) {
-  std::vector<std::pair<double, double>> out;
-  for (const auto& j : lt::traintest::train_records(metrics))
-    out.emplace_back(j["loss"].get<double>(), j["grad_norm"].get<double>());
-  return out;
-}
-
-// The trajectories agree to fp32 reduction-order rounding (summed in another order and grouping).
-void check_close(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b,
-                 double tol) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("step " << i + 1 << ": loss " << a[i].first << " vs " << b[i].first << ", grad norm " << a[i].second
-                 << " vs " << b[i].second);
-    CHECK(std::abs(a[i].first - b[i].first) <= tol * std::abs(a[i].first));
-    CHECK(std::abs(a[i].second - b[i].second) <= tol * std::abs(a[i].second) + 1e-7);
-  }
-}
+using lt::traintest::check_close;
+auto losses = lt::traintest::loss_trajectory;
 
 // Children of a process (from /proc/<pid>/task/<pid>/children).
 std::vector<pid_t> children_of(pid_t pid) {
@@ -92,8 +65,7 @@ int rank_of(pid_t pid) {
 TEST_CASE("trainer --nproc: 1, 2 and 4 CPU ranks follow the same trajectory; ZeRO-1 and bf16 reduction too",
           "[dist][trainer]") {
   TempDir tmp;
-  const std::string one = tmp / "one", two = tmp / "two", four = tmp / "four", z = tmp / "zero1",
-                    h = tmp / "bf16";
+  const std::string one = tmp / "one", two = tmp / "two", four = tmp / "four", z = tmp / "zero1", h = tmp / "bf16";
   write_text(tmp / "one.json", dist_config(one, 12, 0));
   write_text(tmp / "two.json", dist_config(two, 12, 0));
   write_text(tmp / "four.json", dist_config(four, 12, 0));
@@ -147,21 +119,20 @@ TEST_CASE("trainer --nproc 2: resume is exact with 2 ranks and continues with 1"
   auto r = run_trainer({"--config", tmp / "ref.json", "--nproc", "2"}, tmp.path.string(), "ref");
   INFO(r.err);
   REQUIRE(r.rc == 0);
-  // The same run in two parts: 6 steps, then resumed to 12.
-  write_text(tmp / "run6.json", dist_config(run, 6, 6));
-  write_text(tmp / "run12.json", dist_config(run, 12, 6));
-  auto p1 = run_trainer({"--config", tmp / "run6.json", "--nproc", "2"}, tmp.path.string(), "part1");
-  INFO(p1.err);
-  REQUIRE(p1.rc == 0);
-  auto p2 = run_trainer({"--config", tmp / "run12.json", "--nproc", "2"}, tmp.path.string(), "part2");
+  // The same run resumed from its step-6 checkpoint (the schedule spans 12 steps either way).
+  fs::create_directories(run);
+  fs::copy(ref + "/step-00000006", run + "/step-00000006", fs::copy_options::recursive);
+  write_text(tmp / "run.json", dist_config(run, 12, 6));
+  auto p2 = run_trainer({"--config", tmp / "run.json", "--nproc", "2"}, tmp.path.string(), "resumed");
   INFO(p2.err);
   REQUIRE(p2.rc == 0);
   CHECK_THAT(p2.err, Catch::Contains("resumed from"));
   const auto full = losses(ref + "/metrics.jsonl"), parts = losses(run + "/metrics.jsonl");
-  REQUIRE(parts.size() == full.size());
-  for (size_t i = 0; i < full.size(); ++i) {
-    INFO("step " << i + 1);
-    CHECK(parts[i] == full[i]);  // bit for bit: the tcp backend sums in rank order
+  REQUIRE(full.size() == 12);
+  REQUIRE(parts.size() == 6);  // steps 7..12 (the copied folder had no metrics)
+  for (size_t i = 0; i < parts.size(); ++i) {
+    INFO("step " << i + 7);
+    CHECK(parts[i] == full[i + 6]);  // bit for bit: the tcp backend sums in rank order
   }
   CHECK(read_text(run + "/step-00000012/model.safetensors") == read_text(ref + "/step-00000012/model.safetensors"));
 
@@ -264,8 +235,8 @@ TEST_CASE("trainer --nproc: bad input exits 2 naming it; a rendezvous missing a 
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", port.c_str(), 1);
-  auto alone = run_trainer({"--config", tmp / "alone.json", "--set", "dist.rendezvous_timeout_s=2"},
-                           tmp.path.string(), "alone");
+  auto alone =
+      run_trainer({"--config", tmp / "alone.json", "--set", "dist.rendezvous_timeout_s=2"}, tmp.path.string(), "alone");
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   ::unsetenv("MASTER_ADDR");

@@ -515,3 +515,39 @@ TEST_CASE("data: a staging loader writes the same batches into staging slots; up
   staged.restore(saved);
   CHECK(same(draw(staged, 3), more));
 }
+
+TEST_CASE("data: row slices of a batch are its rows; the position does not depend on the slicing", "[data][dist]") {
+  for (DataConfig c : {synthetic("mqar", 64), synthetic("bytes", 256)}) {
+    for (int prefetch : {0, 2}) {
+      INFO(c.task << " prefetch " << prefetch);
+      c.prefetch = prefetch;
+      const int64_t B = 6, T = 64;
+      Loader whole(c, Split::train, B, T, 5);
+      std::vector<std::unique_ptr<Loader>> parts;  // 3 ranks of 2 rows, staged like the trainer's
+      for (int r = 0; r < 3; ++r)
+        parts.push_back(std::make_unique<Loader>(c, Split::train, B, T, 5, data::Staging{Device::cpu(), 0},
+                                                 data::RowSlice{2 * r, 2}));
+      for (int step = 0; step < 3; ++step) {
+        Batch w = whole.next();
+        int64_t valid = 0;
+        for (int r = 0; r < 3; ++r) {
+          Batch p = parts[static_cast<size_t>(r)]->next();
+          REQUIRE(p.B == 2);
+          CHECK(p.global_valid_targets == w.valid_targets);
+          valid += p.valid_targets;
+          const size_t n = static_cast<size_t>(2 * T), off = static_cast<size_t>(2 * r * T);
+          CHECK(std::equal(p.token_data(), p.token_data() + n, w.token_data() + off));
+          CHECK(std::equal(p.target_data(), p.target_data() + n, w.target_data() + off));
+        }
+        CHECK(valid == w.valid_targets);
+      }
+      // The saved position is the whole batch's: any slicing resumes from it.
+      for (const auto& p : parts) CHECK(p->state().dump() == whole.state().dump());
+    }
+  }
+  DataConfig c = synthetic("mqar", 64);
+  CHECK_THAT(test::error_message([&] {
+               Loader bad(c, Split::train, 4, 8, 1, std::nullopt, data::RowSlice{3, 2});
+             }),
+             Contains("row slice [3, 5) is not within the batch of 4 rows"));
+}

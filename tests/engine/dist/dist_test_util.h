@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/dist/comm.h"
+#include "engine/dist/launch.h"
 #include "engine/tensor.h"
 
 namespace lt::disttest {
@@ -32,23 +33,8 @@ inline uint64_t test_seed() {
   return seed;
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
-inline int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("free_loopback_port: socket failed");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("free_loopback_port: bind failed");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int free_loopback_port() { return dist::free_local_port(); }
 
 inline dist::WorldInfo loopback_world(int rank, int world, int port) {
   dist::WorldInfo w;

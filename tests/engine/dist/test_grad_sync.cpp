@@ -64,10 +64,10 @@ class RecordingComm : public dist::Communicator {
 };
 
 struct Setup {
-  lt::model::ModelConfig cfg = lt::modeltest::small_model_config(lt::model::Arch::kda);
+  lt::model::ModelConfig cfg = lt::test::small_model_config(lt::model::Arch::kda);
   int64_t B = 6, T = 24;
-  Tensor tokens = lt::modeltest::random_ids(6, 24, 64, 101);
-  Tensor targets = lt::modeltest::random_ids(6, 24, 64, 202, 5);
+  Tensor tokens = lt::test::random_ids(6, 24, 64, 101);
+  Tensor targets = lt::test::random_ids(6, 24, 64, 202, 5);
   lt::optim::AdamWConfig adamw{0.9, 0.95, 1e-8, 0.1, 0.5};
   int64_t valid() const {
     int64_t n = 0;
@@ -80,7 +80,7 @@ struct Setup {
 std::pair<std::vector<double>, double> reference_grads(const Setup& s) {
   lt::model::Model m(s.cfg, lt::Device::cpu());
   m.init_weights(5);
-  lt::modeltest::perturb_params(m, {});
+  lt::test::perturb_params(m, {});
   m.zero_grad();
   Tensor loss = Tensor::zeros({}, DType::f32);
   m.forward_backward(s.tokens, s.targets, 1.0 / static_cast<double>(s.valid()), loss);
@@ -108,7 +108,7 @@ std::vector<RankResult> run_ranks(const Setup& s, int world, int steps, const di
       try {
         lt::model::Model m(s.cfg, lt::Device::cpu());
         m.init_weights(5);
-        lt::modeltest::perturb_params(m, {});
+        lt::test::perturb_params(m, {});
         RecordingComm comm(*comms[static_cast<size_t>(r)], m.arenas().grads);
         dist::GradSync sync(comm, m, gc);
         const int64_t rows = s.B / world;
@@ -177,9 +177,9 @@ TEST_CASE("GradSync: N ranks x B/N rows equal 1 rank x B rows (plain, overlap, Z
     bool overlap, zero1, bf16;
     double tol;
   };
-  for (const Case c : {Case{2, true, false, false, 1e-5}, Case{3, false, false, false, 1e-5},
-                       Case{2, true, true, false, 1e-5}, Case{3, true, true, false, 1e-5},
-                       Case{2, true, false, true, 1e-2}}) {
+  for (const Case c :
+       {Case{2, true, false, false, 1e-5}, Case{3, false, false, false, 1e-5}, Case{2, true, true, false, 1e-5},
+        Case{3, true, true, false, 1e-5}, Case{2, true, false, true, 1e-2}}) {
     dist::GradSyncConfig gc;
     gc.bucket_bytes = 4096;  // many buckets
     gc.overlap = c.overlap;
