@@ -10,7 +10,9 @@
 // (the value of lane ^ mask); fence() (device-scope fence of this thread's writes);
 // arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
 // other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
-// p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product).
+// p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product);
+// copy16_async(dst, src) (4 floats global -> shared, both 16-byte aligned: landed once this
+// thread's wait_copies() returns, visible to the block after a later sync(); at once on the CPU).
 // The split inter adjoint's Blk (a block of a thread-block cluster) also provides
 // cluster_sync() and peer(p, rank) (see inter_adjoint_split_program).
 // Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
@@ -110,19 +112,31 @@ struct Cfg {
   // inter (forward scan): V tiles of BV columns, NTHR_I threads. Not narrower: every block
   // loads the chunk's full C x D W / Qp / Kbar tiles, so more V tiles mean more per-chunk
   // loads (BV = 8 is slower: docs/notes-kda.md, "Measurements behind the kernel constants").
-  static constexpr int BV = 16;
+  // At D = 128, C = 64 the 16-column tile (128 threads) keeps 132 KB of shared memory a block
+  // (one block an SM: the 8 V tiles of 32 heads are two waves of the whole sequential scan)
+  // and 208 prefetch floats a thread (over the 128 of the register prefetch, so each chunk's
+  // tiles load on the critical path); 32 columns on 256 threads halve the blocks and the
+  // per-thread loads: 5.32 -> 1.45 ms at B2 T16384 H16 (docs/notes-kda.md, "2026-12-01: the
+  // D128 chunk programs").
+  static constexpr bool kWideInter = D_ == 128 && C_ == 64;
+  static constexpr int BV = kWideInter ? 32 : 16;
   static constexpr int NV = D / BV;
   static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:
                                       // 4 mod 32 makes the (g, t) fragment pattern conflict-free
-  static constexpr int LBV = BV + 8;  // 24 t + g, t < 4, g < 8: the (k = t, n = g) B-fragment
-                                      // pattern is conflict-free
-  static constexpr int NTHR_I = 128;
+  static constexpr int LBV = BV + 8;  // (BV + 8) t + g = 8 t + g (mod 32), t < 4, g < 8: the
+                                      // (k = t, n = g) B-fragment pattern is conflict-free
+  static constexpr int NTHR_I = kWideInter ? 256 : 128;
   // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
-  // row blocks of RB rows, one 16x8 tile of the row-block products per warp. At D = 64 and
-  // C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps leave the
-  // SM's schedulers idle).
+  // row blocks of RB rows, TPW adjacent 16x8 tiles of the row-block products per warp. At
+  // D = 64 and C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps
+  // leave the SM's schedulers idle). At D = 128 a warp takes two tiles (8 warps): every A
+  // fragment it loads then serves two mma and its S' tiles are one whole row of tiles, so a
+  // step loads a third fewer shared-memory operands, and the cap of 255 registers (not 128 at
+  // 512 threads, which spilled) holds the 64 S' accumulators. Measured 10.24 -> 9.14 ms at B2
+  // T16384 H16 C64 (docs/notes-kda.md, "2026-12-01: the D128 chunk programs").
   static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
-  static constexpr int NTHR_A = (RB / 16) * (D / 8) * 32;  // S' accumulator: D*D/NTHR_A registers
+  static constexpr int TPW = D == 128 ? 2 : 1;
+  static constexpr int NTHR_A = (RB / 16) * (D / 8) / TPW * 32;  // S' accumulator: D*D/NTHR_A registers
   static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
   static_assert((C * KS) % (2 * NTHR) == 0, "slice loops (column pairs) are uniform over threads");
   static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
@@ -1045,8 +1059,8 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
   }
   const int64_t b = bh / dm.H, h = bh % dm.H;
   // Register prefetch (as in the inter adjoint): chunk n+1's tiles are loaded while chunk n
-  // computes, where they fit in registers (<= 128 floats a thread: all but D = 128, C = 64,
-  // which loads each chunk at its start).
+  // computes, where they fit in registers (<= 128 floats a thread: every configuration since
+  // D = 128, C = 64 runs 256 threads; a wider one would load each chunk at its start).
   static_assert(NT_ >= D, "one gamma per thread");
   constexpr int MA = C * D / NT_, MB = C * BV / NT_;
   constexpr bool kPrefetch = 3 * MA + 2 * MB <= 128;
@@ -1204,14 +1218,15 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   // adjacent 16x8 tiles each (one A fragment, two B); the other NSW warps hold the S' tiles
   // (NACC_T each, one row of tiles: one A fragment for all). The scan is bound by shared-memory
   // traffic (mio throttle), and every fragment a warp loads now serves two or more mma. At
-  // D = 128 the S' tiles would need 64 accumulator registers a thread on half the warps, so
-  // every warp does both, one X tile and NTILE_ACC / NW S' tiles.
+  // D = 128 the S' tiles would need 128 accumulator registers a thread on half the warps, so
+  // every warp does both, TPW = 2 X tiles and NTILE_ACC / NW = 16 S' tiles (64 registers).
   constexpr int XT = (RB / 16) * TN;  // X tiles (16x8) of a row block
+  constexpr int TPW = G::TPW;         // Delta / dDelta tiles a warp computes (adjacent columns)
   constexpr bool kRoles = kTC && D == 64;
-  constexpr int XN = kRoles ? 2 : 1, NXW = XT / XN, NSW = kRoles ? NW - NXW : NW;
+  constexpr int XN = kRoles ? 2 : TPW, NXW = XT / XN, NSW = kRoles ? NW - NXW : NW;
   constexpr int NACC_T = NTILE_ACC / NSW;
   static_assert(XT % XN == 0 && (!kRoles || NXW < NW) && (kRoles || NXW == NW));
-  static_assert((RB / 16) * TN == NW, "one 16x8 tile per warp in the row-block products");
+  static_assert((RB / 16) * TN == NW * TPW && TN % TPW == 0, "TPW 16x8 tiles per warp in the row-block products");
   static_assert(NTILE_ACC % NSW == 0 && (!kTC || NACC_T * 4 >= NACC));
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
@@ -1238,14 +1253,29 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
   // step ahead, while the previous step computes; they do not depend on S', so only the
   // smem stores wait. (Loading at the start of each step would put a global round trip on
-  // the scan's critical path.)
+  // the scan's critical path.) The state h[n] is prefetched in registers where it is at most
+  // 32 floats a thread; at D = 128 (64 floats, on top of the 64 S' accumulators) it is copied
+  // straight into S instead (asynchronous copies, no registers), issued once S is free, after
+  // the chunk's last reads of it (dgamma_s), so that they land while S' is updated.
   static_assert(NT_ >= D, "one gamma per thread");
   constexpr int MS = D * D / NT_, MR = RB * D / NT_;
-  float pS[MS], pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
-  auto fetch_state = [&](int64_t n) {  // h[n] and gamma[n]
-    KDA_UNROLL
-    for (int m = 0; m < MS; ++m) pS[m] = a.h[(bh * NT + n) * D * D + tid + m * NT_];
+  constexpr bool kStatePrefetch = MS <= 32;
+  static_assert(kStatePrefetch || MS % 4 == 0);
+  [[maybe_unused]] float pS[kStatePrefetch ? MS : 1];
+  float pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
+  auto fetch_state = [&](int64_t n) {  // h[n] (register prefetch only) and gamma[n]
+    if constexpr (kStatePrefetch) {
+      KDA_UNROLL
+      for (int m = 0; m < MS; ++m) pS[m] = a.h[(bh * NT + n) * D * D + tid + m * NT_];
+    }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  [[maybe_unused]] auto copy_state = [&](int64_t n) {  // no register prefetch: h[n] -> S (S unread until the next sync)
+    KDA_UNROLL
+    for (int m = 0; m < MS / 4; ++m) {
+      const int e = 4 * (tid + m * NT_);
+      blk.copy16_async(S + (e / D) * LD + e % D, a.h + (bh * NT + n) * D * D + e);
+    }
   };
   auto fetch_rows = [&](int64_t n, int rb) {
     const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
@@ -1265,12 +1295,17 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     }
   };
   fetch_state(NT - 1);
+  if constexpr (!kStatePrefetch) copy_state(NT - 1);
   fetch_rows(NT - 1, 0);
   for (int64_t n = NT - 1; n >= 0; --n) {
-    KDA_UNROLL
-    for (int m = 0; m < MS; ++m) {
-      const int e = tid + m * NT_;
-      S[(e / D) * LD + e % D] = pS[m];
+    if constexpr (kStatePrefetch) {
+      KDA_UNROLL
+      for (int m = 0; m < MS; ++m) {
+        const int e = tid + m * NT_;
+        S[(e / D) * LD + e % D] = pS[m];
+      }
+    } else {
+      blk.wait_copies();  // this thread's copies of h[n] landed; the row block's sync publishes them
     }
     if (tid < D) eg[tid] = expf(pE);
     for (int rb = 0; rb < C / RB; ++rb) {
@@ -1295,28 +1330,32 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       blk.sync();  // also orders the S / eg stores above
       // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
       if constexpr (kTC) {
-        const int m0 = (warp / TN) * 16, n0 = (warp % TN) * 8;  // this warp's 16x8 tile
-        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_acc<kSplit>(
-            blk, p, D, [&](int r, int k) { return Wr[(m0 + r) * LD + k]; },
-            [&](int k, int c) { return S[k * LD + n0 + c]; });
-        mma_acc<kSplit>(
-            blk, q, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
-            [&](int k, int c) { return Sp[k * LD + n0 + c]; });
-        for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
-          int r, c;
-          frag_rc(lane, e, r, c);
-          r += m0;
-          const int j = n0 + c;
-          float dl[2], dd[2];
-          for (int u = 0; u < 2; ++u) {
-            dl[u] = Ur[r * LD + j + u] - p[e + u];
-            dd[u] = Dr[r * LD + j + u] + q[e + u];
-            Ur[r * LD + j + u] = dl[u];
-            Dr[r * LD + j + u] = dd[u];
+        const int ti = warp * TPW, m0 = (ti / TN) * 16, n0 = (ti % TN) * 8;  // tiles (m0, n0 + 8 w), w < TPW
+        float p[4 * TPW] = {}, q[4 * TPW] = {};
+        mma_acc_block<kSplit, 1, TPW>(
+            blk, p, D, [&](int, int r, int k) { return Wr[(m0 + r) * LD + k]; },
+            [&](int w, int k, int c) { return S[k * LD + n0 + 8 * w + c]; });
+        mma_acc_block<kSplit, 1, TPW>(
+            blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
+            [&](int w, int k, int c) { return Sp[k * LD + n0 + 8 * w + c]; });
+        KDA_UNROLL
+        for (int w = 0; w < TPW; ++w) {
+          KDA_UNROLL
+          for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
+            int r, c;
+            frag_rc(lane, e, r, c);
+            r += m0;
+            const int j = n0 + 8 * w + c;
+            float dl[2], dd[2];
+            for (int u = 0; u < 2; ++u) {
+              dl[u] = Ur[r * LD + j + u] - p[4 * w + e + u];
+              dd[u] = Dr[r * LD + j + u] + q[4 * w + e + u];
+              Ur[r * LD + j + u] = dl[u];
+              Dr[r * LD + j + u] = dd[u];
+            }
+            st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);
+            st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
           }
-          st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);
-          st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
@@ -1404,6 +1443,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
     }
     blk.sync();
+    if constexpr (!kStatePrefetch)
+      if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
     if constexpr (kTC) {
       KDA_UNROLL
       for (int u = 0; u < NACC_T; ++u) {

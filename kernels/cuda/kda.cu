@@ -40,6 +40,11 @@ struct CudaBlk {
   __device__ float load_cg(const float* p) { return __ldcg(p); }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
+  __device__ void copy16_async(float* dst, const float* src) { tc::cp_async16(dst, src, 16); }
+  __device__ void wait_copies() {
+    tc::cp_async_commit();
+    tc::cp_async_wait<0>();
+  }
 };
 
 // A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
