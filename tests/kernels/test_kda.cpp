@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -367,21 +366,9 @@ TEST_CASE(
                 gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
-    const std::vector<std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>>> outs =
-        {{"dq", {&got.dq, &one.dq}},
-         {"dk", {&got.dk, &one.dk}},
-         {"dv", {&got.dv, &one.dv}},
-         {"df", {&got.df, &one.df}},
-         {"db", {&got.db, &one.db}},
-         {"dA_log", {&got.dA_log, &one.dA_log}},
-         {"ddt_bias", {&got.ddt_bias, &one.ddt_bias}},
-         {"dh0", {&got.dh0, &one.dh0}}};
-    for (const auto& [name, p] : outs) {
-      size_t differ = 0;
-      for (size_t k = 0; k < p.first->size(); ++k)
-        if (std::memcmp(&(*p.first)[k], &(*p.second)[k], sizeof(double)) != 0) ++differ;
-      INFO(name << ": " << differ << " of " << p.first->size() << " elements differ from split 1");
-      CHECK(differ == 0);
+    for (const BitDiff& b : gradient_bit_diffs(got, one)) {
+      INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
+      CHECK(b.differ == 0);
     }
   }
 }

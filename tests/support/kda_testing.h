@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -316,6 +317,35 @@ inline ErrReport compare(const Result& x, const Result& ref, bool fwd_only, bool
   r.items.push_back({"ddt_bias", rel_err_l2(x.ddt_bias, ref.ddt_bias)});
   if (with_dh0) r.items.push_back({"dh0", rel_err_l2(x.dh0, ref.dh0)});
   return r;
+}
+
+// Per gradient, how many elements of `got` differ bit for bit from `ref` (all of them when the
+// sizes differ): the split scan's results must be those of the single-block scan exactly.
+struct BitDiff {
+  const char* name;
+  size_t differ, total;
+};
+inline std::vector<BitDiff> gradient_bit_diffs(const Result& got, const Result& ref) {
+  using Field = std::vector<double> Result::*;
+  const std::pair<const char*, Field> grads[] = {{"dq", &Result::dq},
+                                                 {"dk", &Result::dk},
+                                                 {"dv", &Result::dv},
+                                                 {"df", &Result::df},
+                                                 {"db", &Result::db},
+                                                 {"dA_log", &Result::dA_log},
+                                                 {"ddt_bias", &Result::ddt_bias},
+                                                 {"dh0", &Result::dh0}};
+  std::vector<BitDiff> out;
+  for (const auto& [name, field] : grads) {
+    const std::vector<double>& a = got.*field;
+    const std::vector<double>& b = ref.*field;
+    size_t differ = 0;
+    if (a.size() != b.size()) differ = std::max(a.size(), b.size());
+    else
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    out.push_back({name, differ, a.size()});
+  }
+  return out;
 }
 
 // The Tensor API (engine/mixers/kda.h) on one case: forward with the final state, backward
