@@ -21,17 +21,7 @@ namespace {
 
 // L = sum o * dO + sum ht * dht, evaluated by the naive forward in float64.
 double naive_loss(const Case& c, const Data& x) {
-  NaiveInputs<double> in;
-  in.dims = c.dims;
-  in.q = x.q.data();
-  in.k = x.k.data();
-  in.v = x.v.data();
-  in.f = x.f.data();
-  in.b = x.b.data();
-  in.A_log = x.A_log.data();
-  in.dt_bias = x.dt_bias.data();
-  in.h0 = c.h0 ? x.h0.data() : nullptr;
-  in.gate = c.gate;
+  const NaiveInputs<double> in = naive_inputs(c, x);
   std::vector<double> o(x.q.size()), ht(static_cast<size_t>(c.dims.B * c.dims.H * c.dims.D * c.dims.D));
   naive_forward<double>(in, o.data(), ht.data());
   double L = 0;
@@ -222,29 +212,9 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
   c.h0 = true;
   c.dht = true;
   const uint64_t seed = test_seed() + 1;
-  Data x = make_data(c, seed);
-  Result ref = run_naive(c, x);
-  NaiveInputs<float> in;
-  std::vector<float> q = to_f32(x.q), k = to_f32(x.k), v = to_f32(x.v), f = to_f32(x.f), b = to_f32(x.b),
-                     A = to_f32(x.A_log), dt = to_f32(x.dt_bias), h0 = to_f32(x.h0), dO = to_f32(x.dO),
-                     dht = to_f32(x.dht);
-  in.dims = c.dims;
-  in.q = q.data();
-  in.k = k.data();
-  in.v = v.data();
-  in.f = f.data();
-  in.b = b.data();
-  in.A_log = A.data();
-  in.dt_bias = dt.data();
-  in.h0 = h0.data();
-  std::vector<float> o(q.size()), ht(h0.size()), dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()),
-      dA(A.size()), ddt(dt.size()), dh0(h0.size());
-  naive_forward<float>(in, o.data(), ht.data());
-  naive_backward<float>(
-      in, dO.data(), dht.data(),
-      NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  Result r{to_f64(o),  to_f64(ht), to_f64(dq),  to_f64(dk),  to_f64(dv), to_f64(df),
-           to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0), {}};
+  const Data x = make_data(c, seed);
+  const Result ref = run_naive(c, x);
+  const Result r = run_naive_f32(c, x);
   const ErrReport e = compare(r, ref, false, true, true);
   std::printf("[kda] naive f32 vs f64:%s\n", e.str().c_str());
   CHECK(e.worst() < 1e-5);
