@@ -223,15 +223,7 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
 TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   const uint64_t seed = test_seed() + 2;
   std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.gate.use_lower_bound = lb;
-    cases.push_back(c);
-  };
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) { cases.push_back(make_case(d, h0, dht, lb, dt)); };
   add({1, 37, 2, 64, 16}, false, false, false, DType::f32);  // partial last chunk
   add({2, 50, 1, 64, 32}, true, true, false, DType::f32);    // initial state, dht
   add({1, 70, 1, 64, 64}, true, false, true, DType::f32);    // lower-bound gate, 2 chunks
@@ -316,13 +308,7 @@ TEST_CASE(
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
-    Case c;
-    c.dims = s.d;
-    c.h0 = s.h0;
-    c.dht = s.dht;
-    c.dtype = s.dt;
-    c.gate.use_lower_bound = s.lb;
-    c.simt = s.simt;
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
     const Data x = make_data(c, seed + i);
     c.split = 1;
     const Result one = run_fused_twin(c, x);

@@ -173,15 +173,7 @@ const Result& reference_f32(const Case& c, const Data& x) { return cached_naive(
 TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
   const uint64_t seed = test_seed();
   std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.gate.use_lower_bound = lb;
-    cases.push_back(c);
-  };
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) { cases.push_back(make_case(d, h0, dht, lb, dt)); };
   add({8, 512, 12, 64, 16}, false, false, false, DType::f32);  // the seed shape, chunk 16
   add({8, 512, 12, 64, 64}, false, false, false, DType::f32);  // chunk 64
   add({8, 512, 12, 64, 32}, false, false, false, DType::f32);
@@ -228,13 +220,7 @@ TEST_CASE(
   const uint64_t seed = test_seed();
   std::vector<Case> cases;
   auto add = [&](Dims d, bool h0, bool dht, DType dt, bool simt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.simt = simt;
-    cases.push_back(c);
+    cases.push_back(make_case(d, h0, dht, false, dt, simt));
   };
   add({2, 300, 3, 64, 32}, true, true, DType::f32, false);
   add({2, 300, 3, 64, 16}, true, true, DType::bf16, false);

@@ -51,6 +51,19 @@ struct Case {
   }
 };
 
+// A case of the tests' tables: dims, h0 / dht present, lower-bound gate, input dtype, the
+// fp32 CUDA-core scan variant.
+inline Case make_case(Dims d, bool h0, bool dht, bool lb, DType dt, bool simt = false) {
+  Case c;
+  c.dims = d;
+  c.h0 = h0;
+  c.dht = dht;
+  c.gate.use_lower_bound = lb;
+  c.dtype = dt;
+  c.simt = simt;
+  return c;
+}
+
 // All inputs in double (Data). With dtype bf16 the [B,T,H,*] inputs and dO are rounded to
 // bf16 values, so the reference sees exactly what the kernels see. DataOf<float>: the same
 // inputs in float32, for the naive float32 recurrence.

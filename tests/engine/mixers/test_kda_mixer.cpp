@@ -32,12 +32,8 @@ TEST_CASE("KDA ops path (CPU) matches the naive recurrence", "[kda][ops]") {
       {{2, 37, 2, 16, 16}, true, true, false, DType::f32, 1e-5},
   };
   for (size_t i = 0; i < rows.size(); ++i) {
-    Case c;
-    c.dims = rows[i].d;
-    c.h0 = rows[i].h0;
-    c.dht = rows[i].dht;
-    c.dtype = rows[i].dt;
-    c.gate.use_lower_bound = rows[i].lb;
+    const Row& r = rows[i];
+    const Case c = make_case(r.d, r.h0, r.dht, r.lb, r.dt);
     const Data x = make_data(c, seed + i);
     const Result ref = run_naive(c, x);
     const Result got = run_mixer(c, to_tensors(c, x, c.dtype), mixers::KdaPath::ops);
