@@ -96,22 +96,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   // poisoned and Ob's storage serves as AqkT_dO / dDelta.
   Qp.poison();
   Ob.poison();
-  BackwardWorkspace ws;
-  ws.Aqk = fw.Aqk;
-  ws.W = fw.W;
-  ws.U = fw.U;
-  ws.sQ = fw.sQ;
-  ws.Kbar = fw.Kbar;
-  ws.gamma = fw.gamma;
-  ws.AqkT_dO = Ob.data();
-  ws.Xw = fw.W;
-  ws.Delta = fw.U;
-  ws.Xq = fw.sQ;
-  ws.Xk = fw.Kbar;
-  ws.dDelta = Ob.data();
-  ws.dgamma_s = dgs.data();
-  ws.partials = parts.data();
-  ws.counters = counters.data();
+  BackwardWorkspace ws = backward_workspace(fw, Ob.data(), dgs.data(), parts.data(), counters.data());
   a.dO = dO.data();
   a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data();

@@ -257,6 +257,30 @@ struct Typed {
   }
 };
 
+// The backward's workspace as the engine lays it out over the forward's: it keeps the saved
+// tiles (W, U, sQ, Kbar, Aqk, gamma) and rewrites them in place (X_w over W, Delta over U, X_q
+// over sQ, X_k over Kbar); A_qk^T dO and dDelta share `aqkT_dO` (kernels/kda.h).
+inline BackwardWorkspace backward_workspace(const ForwardWorkspace& fw, void* aqkT_dO, float* dgamma_s, float* partials,
+                                            uint32_t* counters) {
+  BackwardWorkspace ws;
+  ws.Aqk = fw.Aqk;
+  ws.W = fw.W;
+  ws.U = fw.U;
+  ws.sQ = fw.sQ;
+  ws.Kbar = fw.Kbar;
+  ws.gamma = fw.gamma;
+  ws.AqkT_dO = aqkT_dO;
+  ws.Xw = fw.W;
+  ws.Delta = fw.U;
+  ws.Xq = fw.sQ;
+  ws.Xk = fw.Kbar;
+  ws.dDelta = aqkT_dO;
+  ws.dgamma_s = dgamma_s;
+  ws.partials = partials;
+  ws.counters = counters;
+  return ws;
+}
+
 // Per-quantity errors of a result against a reference; prints one line and returns the worst.
 struct ErrReport {
   std::vector<std::pair<std::string, double>> items;
