@@ -16,17 +16,12 @@
 using namespace lt;
 using test::rel_err;
 
+using lt::test::same_bits;
+
 namespace {
 
 const Device kGpu = Device::cuda(0);
 const Device kCpu = Device::cpu();
-
-// Byte-for-byte equality of two tensors' logical contents (any devices, same dtype).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
 
 // Runs f on CPU inputs and on the same inputs moved to the GPU; returns the worst relative
 // error of the GPU result against the CPU one (inf on NaN or shape mismatch).

@@ -7,11 +7,31 @@
 #include <functional>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "tests/support/compare.h"  // rel_err, rel_err_l2
 
 namespace lt::test {
+
+// Byte-for-byte equality of two tensors' logical contents: same dtype and shape, any devices
+// and strides.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ha = a.to(Device::cpu()).contiguous(), hb = b.to(Device::cpu()).contiguous();
+  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
+// CUDA tests: fresh device blocks hold NaN (0xFF bytes) for the scope, so an element a kernel
+// fails to write shows.
+struct PoisonScope {
+  alloc::CachingAllocator& a = alloc::cuda_allocator(0);
+  bool was = a.poison();
+  PoisonScope() { a.set_poison(true); }
+  ~PoisonScope() { a.set_poison(was); }
+  PoisonScope(const PoisonScope&) = delete;
+  PoisonScope& operator=(const PoisonScope&) = delete;
+};
 
 // Normal(0,1) values shifted away from 0: |v| >= 0.05, so no input is ever zero.
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::f32,

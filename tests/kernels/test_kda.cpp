@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -22,17 +21,7 @@ namespace {
 
 // L = sum o * dO + sum ht * dht, evaluated by the naive forward in float64.
 double naive_loss(const Case& c, const Data& x) {
-  NaiveInputs<double> in;
-  in.dims = c.dims;
-  in.q = x.q.data();
-  in.k = x.k.data();
-  in.v = x.v.data();
-  in.f = x.f.data();
-  in.b = x.b.data();
-  in.A_log = x.A_log.data();
-  in.dt_bias = x.dt_bias.data();
-  in.h0 = c.h0 ? x.h0.data() : nullptr;
-  in.gate = c.gate;
+  const NaiveInputs<double> in = naive_inputs(c, x);
   std::vector<double> o(x.q.size()), ht(static_cast<size_t>(c.dims.B * c.dims.H * c.dims.D * c.dims.D));
   naive_forward<double>(in, o.data(), ht.data());
   double L = 0;
@@ -107,22 +96,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   // poisoned and Ob's storage serves as AqkT_dO / dDelta.
   Qp.poison();
   Ob.poison();
-  BackwardWorkspace ws;
-  ws.Aqk = fw.Aqk;
-  ws.W = fw.W;
-  ws.U = fw.U;
-  ws.sQ = fw.sQ;
-  ws.Kbar = fw.Kbar;
-  ws.gamma = fw.gamma;
-  ws.AqkT_dO = Ob.data();
-  ws.Xw = fw.W;
-  ws.Delta = fw.U;
-  ws.Xq = fw.sQ;
-  ws.Xk = fw.Kbar;
-  ws.dDelta = Ob.data();
-  ws.dgamma_s = dgs.data();
-  ws.partials = parts.data();
-  ws.counters = counters.data();
+  BackwardWorkspace ws = backward_workspace(fw, Ob.data(), dgs.data(), parts.data(), counters.data());
   a.dO = dO.data();
   a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data();
@@ -223,29 +197,9 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
   c.h0 = true;
   c.dht = true;
   const uint64_t seed = test_seed() + 1;
-  Data x = make_data(c, seed);
-  Result ref = run_naive(c, x);
-  NaiveInputs<float> in;
-  std::vector<float> q = to_f32(x.q), k = to_f32(x.k), v = to_f32(x.v), f = to_f32(x.f), b = to_f32(x.b),
-                     A = to_f32(x.A_log), dt = to_f32(x.dt_bias), h0 = to_f32(x.h0), dO = to_f32(x.dO),
-                     dht = to_f32(x.dht);
-  in.dims = c.dims;
-  in.q = q.data();
-  in.k = k.data();
-  in.v = v.data();
-  in.f = f.data();
-  in.b = b.data();
-  in.A_log = A.data();
-  in.dt_bias = dt.data();
-  in.h0 = h0.data();
-  std::vector<float> o(q.size()), ht(h0.size()), dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()),
-      dA(A.size()), ddt(dt.size()), dh0(h0.size());
-  naive_forward<float>(in, o.data(), ht.data());
-  naive_backward<float>(
-      in, dO.data(), dht.data(),
-      NaiveGrads<float>{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  Result r{to_f64(o),  to_f64(ht), to_f64(dq),  to_f64(dk),  to_f64(dv), to_f64(df),
-           to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0), {}};
+  const Data x = make_data(c, seed);
+  const Result ref = run_naive(c, x);
+  const Result r = run_naive_f32(c, x);
   const ErrReport e = compare(r, ref, false, true, true);
   std::printf("[kda] naive f32 vs f64:%s\n", e.str().c_str());
   CHECK(e.worst() < 1e-5);
@@ -254,15 +208,7 @@ TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]")
 TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   const uint64_t seed = test_seed() + 2;
   std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.gate.use_lower_bound = lb;
-    cases.push_back(c);
-  };
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) { cases.push_back(make_case(d, h0, dht, lb, dt)); };
   add({1, 37, 2, 64, 16}, false, false, false, DType::f32);  // partial last chunk
   add({2, 50, 1, 64, 32}, true, true, false, DType::f32);    // initial state, dht
   add({1, 70, 1, 64, 64}, true, false, true, DType::f32);    // lower-bound gate, 2 chunks
@@ -283,8 +229,8 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
     const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] twin vs naive %-34s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
-                gt.adapted.c_str());
+    std::printf("[kda] twin vs naive %-34s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i % (cases.size() / 2) << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
   }
@@ -347,13 +293,7 @@ TEST_CASE(
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
-    Case c;
-    c.dims = s.d;
-    c.h0 = s.h0;
-    c.dht = s.dht;
-    c.dtype = s.dt;
-    c.gate.use_lower_bound = s.lb;
-    c.simt = s.simt;
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
     const Data x = make_data(c, seed + i);
     c.split = 1;
     const Result one = run_fused_twin(c, x);
@@ -363,25 +303,13 @@ TEST_CASE(
     const ErrReport e = compare(got, ref, false, true, true);
     const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
     const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-    std::printf("[kda] twin vs naive %-38s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
-                gt.adapted.c_str());
+    std::printf("[kda] twin vs naive %-38s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
     INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
     CHECK(gt.pass);
-    const std::vector<std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>>> outs =
-        {{"dq", {&got.dq, &one.dq}},
-         {"dk", {&got.dk, &one.dk}},
-         {"dv", {&got.dv, &one.dv}},
-         {"df", {&got.df, &one.df}},
-         {"db", {&got.db, &one.db}},
-         {"dA_log", {&got.dA_log, &one.dA_log}},
-         {"ddt_bias", {&got.ddt_bias, &one.ddt_bias}},
-         {"dh0", {&got.dh0, &one.dh0}}};
-    for (const auto& [name, p] : outs) {
-      size_t differ = 0;
-      for (size_t k = 0; k < p.first->size(); ++k)
-        if (std::memcmp(&(*p.first)[k], &(*p.second)[k], sizeof(double)) != 0) ++differ;
-      INFO(name << ": " << differ << " of " << p.first->size() << " elements differ from split 1");
-      CHECK(differ == 0);
+    for (const BitDiff& b : gradient_bit_diffs(got, one)) {
+      INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
+      CHECK(b.differ == 0);
     }
   }
 }

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <vector>
 
@@ -96,22 +95,11 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   fw.Qp = dev.get(wb.tile);
   fw.Ob = dev.get(wb.tile);
   fused_forward_cuda(a, fw, nullptr);
-  BackwardWorkspace bw;
-  bw.Aqk = fw.Aqk;
-  bw.W = fw.W;
-  bw.U = fw.U;
-  bw.sQ = fw.sQ;
-  bw.Kbar = fw.Kbar;
-  bw.gamma = fw.gamma;
-  bw.AqkT_dO = dev.get(wb.tile);
-  bw.Xw = fw.W;
-  bw.Delta = fw.U;
-  bw.Xq = fw.sQ;
-  bw.Xk = fw.Kbar;
-  bw.dDelta = bw.AqkT_dO;
-  bw.dgamma_s = static_cast<float*>(dev.get(wb.gamma));
-  bw.partials = static_cast<float*>(dev.get(wb.partials));
-  bw.counters = static_cast<uint32_t*>(dev.get(wb.counters));
+  void* aqkT_dO = dev.get(wb.tile);
+  float* dgamma_s = static_cast<float*>(dev.get(wb.gamma));
+  float* partials = static_cast<float*>(dev.get(wb.partials));
+  uint32_t* counters = static_cast<uint32_t*>(dev.get(wb.counters));
+  const BackwardWorkspace bw = backward_workspace(fw, aqkT_dO, dgamma_s, partials, counters);
   a.dO = dev.up(dO.data(), dO.bytes());
   a.dht = c.dht ? static_cast<float*>(dev.up(dht)) : nullptr;
   a.dq = dev.get(n * es);
@@ -174,15 +162,7 @@ const Result& reference_f32(const Case& c, const Data& x) { return cached_naive(
 TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
   const uint64_t seed = test_seed();
   std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.gate.use_lower_bound = lb;
-    cases.push_back(c);
-  };
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt) { cases.push_back(make_case(d, h0, dht, lb, dt)); };
   add({8, 512, 12, 64, 16}, false, false, false, DType::f32);  // the seed shape, chunk 16
   add({8, 512, 12, 64, 64}, false, false, false, DType::f32);  // chunk 64
   add({8, 512, 12, 64, 32}, false, false, false, DType::f32);
@@ -210,8 +190,8 @@ TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
     const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     const double tol = c.dtype == DType::bf16 ? 1e-2 : 1e-5;
     const Gated gt = gate_errors(e, e32, tol);
-    std::printf("[kda] cuda fused vs naive %-36s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
-                gt.adapted.c_str());
+    std::printf("[kda] cuda fused vs naive %-36s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
     (c.dtype == DType::bf16 ? worst_bf16 : worst_f32) =
         std::max(c.dtype == DType::bf16 ? worst_bf16 : worst_f32, e.worst());
     INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
@@ -229,13 +209,7 @@ TEST_CASE(
   const uint64_t seed = test_seed();
   std::vector<Case> cases;
   auto add = [&](Dims d, bool h0, bool dht, DType dt, bool simt) {
-    Case c;
-    c.dims = d;
-    c.h0 = h0;
-    c.dht = dht;
-    c.dtype = dt;
-    c.simt = simt;
-    cases.push_back(c);
+    cases.push_back(make_case(d, h0, dht, false, dt, simt));
   };
   add({2, 300, 3, 64, 32}, true, true, DType::f32, false);
   add({2, 300, 3, 64, 16}, true, true, DType::bf16, false);
@@ -255,25 +229,13 @@ TEST_CASE(
       const Result got = run_fused_cuda(c, x);
       const ErrReport e = compare(got, ref, false, true, true);
       const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-      std::printf("[kda] cuda split vs naive %-40s worst %.2e:%s%s\n", c.name().c_str(), e.worst(), e.str().c_str(),
-                  gt.adapted.c_str());
+      std::printf("[kda] cuda split vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                  gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
       INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
       CHECK(gt.pass);
-      const std::vector<std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>>>
-          outs = {{"dq", {&got.dq, &one.dq}},
-                  {"dk", {&got.dk, &one.dk}},
-                  {"dv", {&got.dv, &one.dv}},
-                  {"df", {&got.df, &one.df}},
-                  {"db", {&got.db, &one.db}},
-                  {"dA_log", {&got.dA_log, &one.dA_log}},
-                  {"ddt_bias", {&got.ddt_bias, &one.ddt_bias}},
-                  {"dh0", {&got.dh0, &one.dh0}}};
-      for (const auto& [name, p] : outs) {
-        size_t differ = 0;
-        for (size_t k = 0; k < p.first->size(); ++k)
-          if (std::memcmp(&(*p.first)[k], &(*p.second)[k], sizeof(double)) != 0) ++differ;
-        INFO(name << ": " << differ << " of " << p.first->size() << " elements differ from split 1");
-        CHECK(differ == 0);
+      for (const BitDiff& b : gradient_bit_diffs(got, one)) {
+        INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
+        CHECK(b.differ == 0);
       }
     }
   }

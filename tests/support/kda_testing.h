@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,11 +51,27 @@ struct Case {
   }
 };
 
-// All inputs in double. With dtype bf16 the [B,T,H,*] inputs and dO are rounded to bf16
-// values, so the reference sees exactly what the kernels see.
-struct Data {
-  std::vector<double> q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
+// A case of the tests' tables: dims, h0 / dht present, lower-bound gate, input dtype, the
+// fp32 CUDA-core scan variant.
+inline Case make_case(Dims d, bool h0, bool dht, bool lb, DType dt, bool simt = false) {
+  Case c;
+  c.dims = d;
+  c.h0 = h0;
+  c.dht = dht;
+  c.gate.use_lower_bound = lb;
+  c.dtype = dt;
+  c.simt = simt;
+  return c;
+}
+
+// All inputs in double (Data). With dtype bf16 the [B,T,H,*] inputs and dO are rounded to
+// bf16 values, so the reference sees exactly what the kernels see. DataOf<float>: the same
+// inputs in float32, for the naive float32 recurrence.
+template <class Real>
+struct DataOf {
+  std::vector<Real> q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
 };
+using Data = DataOf<double>;
 
 inline double round_to(DType dt, double x) {
   if (dt == DType::bf16) return static_cast<float>(bfloat16(static_cast<float>(x)));
@@ -139,10 +156,19 @@ inline std::vector<double> dA_log_terms(const Case& c, const Data& x, const std:
   return scale;
 }
 
-inline Result run_naive(const Case& c, const Data& x) {
-  const Dims& d = c.dims;
-  NaiveInputs<double> in;
-  in.dims = d;
+inline std::vector<float> to_f32(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
+inline std::vector<double> to_f64(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+inline DataOf<float> to_f32(const Data& x) {
+  return {to_f32(x.q),     to_f32(x.k),       to_f32(x.v),  to_f32(x.f),  to_f32(x.b),
+          to_f32(x.A_log), to_f32(x.dt_bias), to_f32(x.h0), to_f32(x.dO), to_f32(x.dht)};
+}
+
+// The naive recurrence's inputs: pointers into x (which must outlive them), the case's gate,
+// h0 when the case has one.
+template <class Real>
+NaiveInputs<Real> naive_inputs(const Case& c, const DataOf<Real>& x) {
+  NaiveInputs<Real> in;
+  in.dims = c.dims;
   in.q = x.q.data();
   in.k = x.k.data();
   in.v = x.v.data();
@@ -152,6 +178,12 @@ inline Result run_naive(const Case& c, const Data& x) {
   in.dt_bias = x.dt_bias.data();
   in.h0 = c.h0 ? x.h0.data() : nullptr;
   in.gate = c.gate;
+  return in;
+}
+
+inline Result run_naive(const Case& c, const Data& x) {
+  const Dims& d = c.dims;
+  const NaiveInputs<double> in = naive_inputs(c, x);
   Result r;
   const size_t n = x.q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
   r.o.resize(n);
@@ -179,27 +211,16 @@ inline Result run_naive(const Case& c, const Data& x) {
 // (observed: dA_log = 5.9e-3 from terms of order 1..8, naive f32 error 5.8e-4).
 inline Result run_naive_f32(const Case& c, const Data& x) {
   const Dims& d = c.dims;
-  auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
-  std::vector<float> q = f(x.q), k = f(x.k), v = f(x.v), ff = f(x.f), b = f(x.b), A = f(x.A_log), dt = f(x.dt_bias),
-                     h0 = f(x.h0), dO = f(x.dO), dht = f(x.dht);
-  NaiveInputs<float> in;
-  in.dims = d;
-  in.q = q.data();
-  in.k = k.data();
-  in.v = v.data();
-  in.f = ff.data();
-  in.b = b.data();
-  in.A_log = A.data();
-  in.dt_bias = dt.data();
-  in.h0 = c.h0 ? h0.data() : nullptr;
-  in.gate = c.gate;
-  const size_t n = q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
-  std::vector<float> o(n), ht(ns), dq(n), dk(n), dv(n), df(n), db(b.size()), dA(A.size()), ddt(dt.size()), dh0(ns);
+  const DataOf<float> xf = to_f32(x);
+  const NaiveInputs<float> in = naive_inputs(c, xf);
+  const size_t n = xf.q.size(), ns = static_cast<size_t>(d.B * d.H * d.D * d.D);
+  std::vector<float> o(n), ht(ns), dq(n), dk(n), dv(n), df(n), db(xf.b.size()), dA(xf.A_log.size()),
+      ddt(xf.dt_bias.size()), dh0(ns);
   naive_forward<float>(in, o.data(), ht.data());
-  naive_backward<float>(in, dO.data(), c.dht ? dht.data() : nullptr,
+  naive_backward<float>(in, xf.dO.data(), c.dht ? xf.dht.data() : nullptr,
                         {dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  auto g = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
-  return {g(o), g(ht), g(dq), g(dk), g(dv), g(df), g(db), g(dA), g(ddt), g(dh0), {}};
+  return {to_f64(o),  to_f64(ht), to_f64(dq),  to_f64(dk),  to_f64(dv), to_f64(df),
+          to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0), {}};
 }
 
 using lt::test::rel_err_l2;  // tests/support/compare.h: ||x - ref|| / ||ref||, +inf on a NaN
@@ -236,8 +257,29 @@ struct Typed {
   }
 };
 
-inline std::vector<float> to_f32(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
-inline std::vector<double> to_f64(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+// The backward's workspace as the engine lays it out over the forward's: it keeps the saved
+// tiles (W, U, sQ, Kbar, Aqk, gamma) and rewrites them in place (X_w over W, Delta over U, X_q
+// over sQ, X_k over Kbar); A_qk^T dO and dDelta share `aqkT_dO` (kernels/kda.h).
+inline BackwardWorkspace backward_workspace(const ForwardWorkspace& fw, void* aqkT_dO, float* dgamma_s, float* partials,
+                                            uint32_t* counters) {
+  BackwardWorkspace ws;
+  ws.Aqk = fw.Aqk;
+  ws.W = fw.W;
+  ws.U = fw.U;
+  ws.sQ = fw.sQ;
+  ws.Kbar = fw.Kbar;
+  ws.gamma = fw.gamma;
+  ws.AqkT_dO = aqkT_dO;
+  ws.Xw = fw.W;
+  ws.Delta = fw.U;
+  ws.Xq = fw.sQ;
+  ws.Xk = fw.Kbar;
+  ws.dDelta = aqkT_dO;
+  ws.dgamma_s = dgamma_s;
+  ws.partials = partials;
+  ws.counters = counters;
+  return ws;
+}
 
 // Per-quantity errors of a result against a reference; prints one line and returns the worst.
 struct ErrReport {
@@ -316,6 +358,35 @@ inline ErrReport compare(const Result& x, const Result& ref, bool fwd_only, bool
   r.items.push_back({"ddt_bias", rel_err_l2(x.ddt_bias, ref.ddt_bias)});
   if (with_dh0) r.items.push_back({"dh0", rel_err_l2(x.dh0, ref.dh0)});
   return r;
+}
+
+// Per gradient, how many elements of `got` differ bit for bit from `ref` (all of them when the
+// sizes differ): the split scan's results must be those of the single-block scan exactly.
+struct BitDiff {
+  const char* name;
+  size_t differ, total;
+};
+inline std::vector<BitDiff> gradient_bit_diffs(const Result& got, const Result& ref) {
+  using Field = std::vector<double> Result::*;
+  const std::pair<const char*, Field> grads[] = {{"dq", &Result::dq},
+                                                 {"dk", &Result::dk},
+                                                 {"dv", &Result::dv},
+                                                 {"df", &Result::df},
+                                                 {"db", &Result::db},
+                                                 {"dA_log", &Result::dA_log},
+                                                 {"ddt_bias", &Result::ddt_bias},
+                                                 {"dh0", &Result::dh0}};
+  std::vector<BitDiff> out;
+  for (const auto& [name, field] : grads) {
+    const std::vector<double>& a = got.*field;
+    const std::vector<double>& b = ref.*field;
+    size_t differ = 0;
+    if (a.size() != b.size()) differ = std::max(a.size(), b.size());
+    else
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
+    out.push_back({name, differ, a.size()});
+  }
+  return out;
 }
 
 // The Tensor API (engine/mixers/kda.h) on one case: forward with the final state, backward

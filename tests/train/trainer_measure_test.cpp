@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;
+using lt::traintest::records;
 using lt::traintest::run_trainer;
 using lt::traintest::TempDir;
 using lt::traintest::write_text;
@@ -28,17 +28,6 @@ std::string tiny(const std::string& out, int64_t steps) {
   "data": {"source": "synthetic", "task": "mqar", "mqar_pairs": 4, "prefetch": 1},
   "train": {"batch_size": 4, "seq_len": 32, "steps": )" +
          std::to_string(steps) + R"(, "eval_every": 0, "checkpoint_every": 0, "log_every": 1}})";
-}
-
-std::vector<nlohmann::json> records(const std::string& path, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) {
-      auto j = nlohmann::json::parse(line);
-      if (j.value("type", "") == type) out.push_back(j);
-    }
-  return out;
 }
 
 }  // namespace

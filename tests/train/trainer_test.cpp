@@ -383,17 +383,6 @@ struct InjectNonfinite {
   InjectNonfinite& operator=(const InjectNonfinite&) = delete;
 };
 
-std::vector<nlohmann::json> records_of(const std::string& metrics, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(metrics);
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) {
-      auto j = nlohmann::json::parse(line);
-      if (j.value("type", "") == type) out.push_back(j);
-    }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("trainer: an injected non-finite loss skips that update on the device, counted; the run finishes",
@@ -408,7 +397,7 @@ TEST_CASE("trainer: an injected non-finite loss skips that update on the device,
   CHECK_THAT(r.err, Catch::Contains("LINTRAIN_INJECT_NONFINITE: the loss of step(s) 4"));
   CHECK_THAT(r.err, Catch::Contains("step 4: update skipped: non-finite loss (1 in a row, 1 in all)"));
   CHECK_THAT(r.err, Catch::Contains("done: 6 steps (1 updates skipped)"));
-  auto recs = records_of(out + "/metrics.jsonl", "train");
+  auto recs = lt::traintest::train_records(out + "/metrics.jsonl");
   REQUIRE(recs.size() == 6);
   for (size_t i = 0; i < 6; ++i) {
     INFO("step " << i + 1);
@@ -421,7 +410,7 @@ TEST_CASE("trainer: an injected non-finite loss skips that update on the device,
   }
   // The weights are unchanged by step 4: the evaluation after it (the same validation
   // batches every time) gives the bits of the one after step 3; step 5 updates again.
-  auto evals = records_of(out + "/metrics.jsonl", "eval");
+  auto evals = lt::traintest::records(out + "/metrics.jsonl", "eval");
   REQUIRE(evals.size() == 6);
   CHECK(evals[3]["val_loss"].get<double>() == evals[2]["val_loss"].get<double>());
   CHECK(evals[4]["val_loss"].get<double>() != evals[3]["val_loss"].get<double>());
@@ -445,7 +434,7 @@ TEST_CASE("trainer: max_consecutive_skips injected non-finite steps stop the run
   CHECK(r.rc == 3);
   CHECK_THAT(r.err, Catch::Contains("step 5: update skipped: non-finite loss (3 in a row, 3 in all)"));
   CHECK_THAT(r.err, Catch::Contains("stopping: 3 updates skipped in a row (train.max_consecutive_skips = 3)"));
-  auto recs = records_of(out + "/metrics.jsonl", "train");
+  auto recs = lt::traintest::train_records(out + "/metrics.jsonl");
   REQUIRE(recs.size() == 5);  // no step is begun after the one that reached the limit
   for (size_t i = 0; i < 5; ++i) CHECK(recs[i]["skipped"] == (i >= 2));
   CHECK(recs.back()["skipped_total"] == 3);

@@ -121,18 +121,18 @@ inline RunOutput run_trainer(const std::vector<std::string>& args, const std::st
   return r;
 }
 
-// The "train" records of a metrics.jsonl file.
-inline std::vector<nlohmann::json> train_records(const std::string& path) {
+// The records of one type ("train", "eval", "timers", ...) of a metrics.jsonl file, in order.
+inline std::vector<nlohmann::json> records(const std::string& path, const std::string& type) {
   std::vector<nlohmann::json> out;
   std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    if (j.value("type", "") == "train") out.push_back(j);
-  }
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) {
+      auto j = nlohmann::json::parse(line);
+      if (j.value("type", "") == type) out.push_back(j);
+    }
   return out;
 }
+inline std::vector<nlohmann::json> train_records(const std::string& path) { return records(path, "train"); }
 inline size_t count_lines(const std::string& path) {
   std::ifstream f(path);
   std::string line;

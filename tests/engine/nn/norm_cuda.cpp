@@ -28,24 +28,11 @@ constexpr double kEps = 1e-5;
 double act_tol(DType dt) { return dt == DType::f32 ? 1e-5 : 8e-3; }
 constexpr double kParamTol = 1e-5;
 
-struct PoisonScope {
-  alloc::CachingAllocator& a = alloc::cuda_allocator(0);
-  bool was = a.poison();
-  PoisonScope() { a.set_poison(true); }
-  ~PoisonScope() { a.set_poison(was); }
-};
-
 std::vector<Shape> shapes_for(NormForm f) {
   if (f == NormForm::group) return {{3, 37, 3, 20}, {2, 129, 12, 64}, {2, 5, 2, 6200}};
   std::vector<Shape> s = {{2, 37, 100}, {4, 129, 768}, {3, 7, 6200}};
   if (f == NormForm::gated) s.push_back({8, 512, 12, 64});  // KDA's o_norm at B = 8, T = 512
   return s;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
 }
 
 }  // namespace

@@ -25,19 +25,6 @@ const Device kCpu = Device::cpu();
 double act_tol(DType dt) { return dt == DType::f32 ? 1e-5 : 8e-3; }
 constexpr double kWeightTol = 1e-5;
 
-struct PoisonScope {
-  alloc::CachingAllocator& a = alloc::cuda_allocator(0);
-  bool was = a.poison();
-  PoisonScope() { a.set_poison(true); }
-  ~PoisonScope() { a.set_poison(was); }
-};
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
-
 struct Case {
   int64_t B, T, C, W;
 };

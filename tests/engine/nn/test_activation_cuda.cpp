@@ -12,16 +12,11 @@
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
+using lt::test::PoisonScope;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-struct PoisonScope {
-  PoisonScope() : was(alloc::cuda_allocator(0).poison()) { alloc::cuda_allocator(0).set_poison(true); }
-  ~PoisonScope() { alloc::cuda_allocator(0).set_poison(was); }
-  bool was;
-};
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 

@@ -14,6 +14,7 @@
 #include "tests/support/gradcheck.h"
 
 using namespace lt;
+using lt::test::same_bits;
 
 namespace {
 
@@ -21,10 +22,6 @@ constexpr int64_t kN = 10, kD = 6, kV = 9;
 // two ignored rows (-100), one of them the last
 const std::vector<int64_t> kTargets = {3, 0, -100, 8, 8, 1, 5, 2, 7, -100};
 constexpr int64_t kValid = 8;
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
 
 struct Reference {
   double loss = 0;              // inv_count * sum over valid rows of (lse - z_t)

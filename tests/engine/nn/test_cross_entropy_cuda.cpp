@@ -14,23 +14,13 @@
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
+using lt::test::PoisonScope;
+using lt::test::same_bits;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
 const Device kCpu = Device::cpu();
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
-
-struct PoisonScope {
-  PoisonScope() : was(alloc::cuda_allocator(0).poison()) { alloc::cuda_allocator(0).set_poison(true); }
-  ~PoisonScope() { alloc::cuda_allocator(0).set_poison(was); }
-  bool was;
-};
 
 // Targets in [0, V) with every seventh row ignored (-100).
 Tensor make_targets(int64_t N, int64_t V, uint64_t seed) {

@@ -12,16 +12,13 @@
 #include "tests/support/gradcheck.h"
 
 using namespace lt;
+using lt::test::same_bits;
 
 namespace {
 
 // Indices with repeats: V = 7 rows, 3 of them never used, row 2 used four times.
 const std::vector<int64_t> kIdx = {2, 5, 2, 0, 6, 2, 5, 2, 0, 6, 5, 2};  // [3, 4]
 constexpr int64_t kV = 7, kD = 5;
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
 
 }  // namespace
 

@@ -14,24 +14,12 @@
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
+using lt::test::PoisonScope;
+using lt::test::same_bits;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-const Device kCpu = Device::cpu();
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
-
-// Fresh device blocks hold NaN for the scope of a test, so an unwritten element shows.
-struct PoisonScope {
-  PoisonScope() : was(alloc::cuda_allocator(0).poison()) { alloc::cuda_allocator(0).set_poison(true); }
-  ~PoisonScope() { alloc::cuda_allocator(0).set_poison(was); }
-  bool was;
-};
 
 // n indices in [0, V) with heavy repeats: every fifth token is row 3 (a hot row), the rest
 // uniform over [0, V / 2) so that half the rows never occur.

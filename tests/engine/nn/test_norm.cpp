@@ -21,12 +21,6 @@ constexpr double kEps = 1e-5;
 Shape small_shape(NormForm f) { return f == NormForm::group ? Shape{2, 3, 3, 5} : Shape{3, 4, 6}; }
 Shape many_rows_shape(NormForm f) { return f == NormForm::group ? Shape{5, 35, 2, 12} : Shape{5, 70, 24}; }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-}
-
 Tensor zeros_like_param(const Tensor& w) { return Tensor::zeros(w.shape(), w.dtype()); }
 
 }  // namespace

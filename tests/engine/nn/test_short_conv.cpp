@@ -16,12 +16,6 @@ using namespace lt::test;
 
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-}
-
 // Conv weights ~ N(0, 0.5) shifted off zero: pre-activations of order 1 (SiLU's curved part).
 Tensor conv_weight(int64_t C, int64_t W, uint64_t seed, DType dt) {
   return random_tensor({C, W}, seed, dt == DType::f64 ? DType::f64 : DType::f32) * 0.5;

@@ -15,25 +15,13 @@
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
+using lt::test::PoisonScope;
+using lt::test::same_bits;
 using test::rel_err;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-const Device kCpu = Device::cpu();
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(kCpu).contiguous(), hb = b.to(kCpu).contiguous();
-  return ha.dtype() == hb.dtype() && ha.numel() == hb.numel() &&
-         std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
-}
-
-// Poison mode of the CUDA allocator for the scope: fresh blocks hold NaN.
-struct PoisonScope {
-  PoisonScope() : was(alloc::cuda_allocator(0).poison()) { alloc::cuda_allocator(0).set_poison(true); }
-  ~PoisonScope() { alloc::cuda_allocator(0).set_poison(was); }
-  bool was;
-};
 
 // The same arenas on the CPU and on the GPU; `offset` elements of padding in front make the
 // GPU arenas misaligned for vector access when offset % 4 != 0.

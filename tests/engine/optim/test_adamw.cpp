@@ -13,6 +13,7 @@
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
+using lt::test::same_bits;
 
 namespace {
 
@@ -62,10 +63,6 @@ Arenas make_arenas(int64_t P, DType dt, uint64_t seed, int64_t decay_end, bool s
 }
 
 RefState state_of(const optim::AdamWArenas& a) { return {a.params.to_vector(), a.m.to_vector(), a.v.to_vector()}; }
-
-bool same_bits(const Tensor& x, const Tensor& y) {
-  return x.dtype() == y.dtype() && x.numel() == y.numel() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
 
 }  // namespace
 
