@@ -49,8 +49,8 @@ inline void check_close(const std::vector<std::pair<double, double>>& a,
   REQUIRE(a.size() == b.size());
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    INFO("step " << i + 1 << ": loss " << a[i].first << " vs " << b[i].first << ", grad norm " << a[i].second
-                 << " vs " << b[i].second);
+    INFO("step " << i + 1 << ": loss " << a[i].first << " vs " << b[i].first << ", grad norm " << a[i].second << " vs "
+                 << b[i].second);
     CHECK(std::abs(a[i].first - b[i].first) <= tol * std::abs(a[i].first));
     CHECK(std::abs(a[i].second - b[i].second) <= tol * std::abs(a[i].second) + 1e-7);
     worst = std::max(worst, std::abs(a[i].first - b[i].first) / std::abs(a[i].first));
