@@ -189,6 +189,44 @@ TEST_CASE("trainer --nproc 2: a rank killed with SIGKILL ends the job, names the
   CHECK_THAT(r.err, Catch::Contains("resumed from " + *latest));
 }
 
+TEST_CASE("trainer --nproc 2: a hung rank ends the job after dist.timeout_s, the rank waiting on it named",
+          "[dist][trainer]") {
+  TempDir tmp;
+  const std::string out = tmp / "out";
+  lt::traintest::DistRun run;
+  run.out = out;
+  run.steps = 100000;
+  run.checkpoint_every = 2;
+  run.timeout_s = 8;
+  write_text(tmp / "run.json", lt::traintest::dist_config(run));
+  auto p = lt::traintest::spawn_trainer({"--config", tmp / "run.json", "--nproc", "2"}, tmp.path.string(), "job");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(out + "/step-00000002") || lt::traintest::count_lines(out + "/metrics.jsonl") < 3) {
+    int status = 0;
+    REQUIRE(::waitpid(p.pid, &status, WNOHANG) == 0);
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_t hung = -1;
+  for (pid_t c : children_of(p.pid))
+    if (rank_of(c) == 1) hung = c;
+  REQUIRE(hung > 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(hung, SIGSTOP);  // alive, connections open, making no progress
+  const int rc = p.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = p.err();
+  INFO(err);
+  CHECK(rc == 1);
+  // Rank 0's watchdog after 8 s, then the launcher's grace (10 s) before it kills the stopped rank.
+  CHECK(seconds < 40.0);
+  CHECK_THAT(err, Catch::Contains("rank 0: no progress for") && Catch::Contains("dist.timeout_s = 8"));
+  CHECK_THAT(err, Catch::Contains("rank 0 exited with code 1"));
+  auto latest = lt::train::checkpoint_find_latest(out);
+  REQUIRE(latest.has_value());
+  CHECK(lt::train::checkpoint_verify(*latest).empty());
+}
+
 TEST_CASE("trainer --nproc 2: SIGTERM stops both ranks after the same step with one checkpoint, exit 0",
           "[dist][trainer]") {
   TempDir tmp;
