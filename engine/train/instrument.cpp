@@ -141,7 +141,7 @@ void Instrumentation::before_step(int64_t step) {
 void Instrumentation::step_result(const StepStats& stats) {
   Impl& I = *impl_;
   const int64_t k = I.measured_index(stats.step);
-  if (I.opt.bench_steps > 0 && I.opt.ranks > 0 && k >= 0 && k < I.opt.bench_steps && stats.comm_ms > 0) {
+  if (I.opt.bench_steps > 0 && k >= 0 && k < I.opt.bench_steps && stats.comm_ms > 0) {
     I.comm_ms.push_back(stats.comm_ms);
     I.comm_exposed_ms.push_back(stats.comm_exposed_ms);
   }
