@@ -1,0 +1,580 @@
+// KDA inter adjoint (backward reverse state scan): one block per (b, h), or a cluster of NV
+// blocks per (b, h) split over V (overview: kernels/kda_blocks.h).
+#pragma once
+
+#include "kernels/kda/block_common.h"
+
+namespace lt::kda::KDA_BLOCKS_NS {
+
+// ======================================================================================
+// inter adjoint (backward, reverse scan), one block per (b, h), full V
+// kTC: products on tensor cores; else fp32 CUDA cores.
+// ======================================================================================
+template <class G, class T, bool kTC, class Blk>
+KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  // S' accumulator: SIMT owns elements tid + m NT_; TC: see the warp roles below
+  constexpr int NACC = D * D / NT_;
+  constexpr int TN = D / 8, NTILE_ACC = (D / 16) * TN;
+  // Tensor cores at D = 64: warp roles. The first NXW warps compute the X products, two
+  // adjacent 16x8 tiles each (one A fragment, two B); the other NSW warps hold the S' tiles
+  // (NACC_T each, one row of tiles: one A fragment for all). The scan is bound by shared-memory
+  // traffic (mio throttle), and every fragment a warp loads now serves two or more mma. At
+  // D = 128 the S' tiles would need 128 accumulator registers a thread on half the warps, so
+  // every warp does both, TPW = 2 X tiles and NTILE_ACC / NW = 16 S' tiles (64 registers).
+  constexpr int XT = (RB / 16) * TN;  // X tiles (16x8) of a row block
+  constexpr int TPW = G::TPW;         // Delta / dDelta tiles a warp computes (adjacent columns)
+  constexpr bool kRoles = kTC && D == 64;
+  constexpr int XN = kRoles ? 2 : TPW, NXW = XT / XN, NSW = kRoles ? NW - NXW : NW;
+  constexpr int NACC_T = NTILE_ACC / NSW;
+  static_assert(XT % XN == 0 && (!kRoles || NXW < NW) && (kRoles || NXW == NW));
+  static_assert((RB / 16) * TN == NW * TPW && TN % TPW == 0, "TPW 16x8 tiles per warp in the row-block products");
+  static_assert(NTILE_ACC % NSW == 0 && (!kTC || NACC_T * 4 >= NACC));
+  static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
+  const int64_t NT = dm.NT(), Tp = dm.Tp();
+  const T* dO = static_cast<const T*>(a.dO);
+  float* S = smem;           // [D][LD]  h[n]
+  float* Sp = S + D * LD;    // [D][LD]  S' = dL/dS after chunk n
+  float* Wr = Sp + D * LD;   // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;  // [RB][LD] U -> Delta
+  float* Or = Ur + RB * LD;  // [RB][LD] dO
+  float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta
+  float* eg = Dr + RB * LD;  // [D]
+  const int tid = blk.tid();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int64_t b = bh / dm.H, h = bh % dm.H;
+
+  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
+  constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
+  float acc[kAccN];
+  KDA_UNROLL
+  for (int m = 0; m < kAccN; ++m) acc[m] = 0.0f;
+
+  // Register prefetch: the global loads of each step (chunk n, row block rb) are issued one
+  // step ahead, while the previous step computes; they do not depend on S', so only the
+  // smem stores wait. (Loading at the start of each step would put a global round trip on
+  // the scan's critical path.) The state h[n] is prefetched in registers where it is at most
+  // 32 floats a thread; at D = 128 (64 floats, on top of the 64 S' accumulators) it is copied
+  // straight into S instead (asynchronous copies, no registers), issued once S is free, after
+  // the chunk's last reads of it (dgamma_s), so that they land while S' is updated.
+  static_assert(NT_ >= D, "one gamma per thread");
+  constexpr int MS = D * D / NT_, MR = RB * D / NT_;
+  constexpr bool kStatePrefetch = MS <= 32;
+  static_assert(kStatePrefetch || MS % 4 == 0);
+  [[maybe_unused]] float pS[kStatePrefetch ? MS : 1];
+  float pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
+  auto fetch_state = [&](int64_t n) {  // h[n] (register prefetch only) and gamma[n]
+    if constexpr (kStatePrefetch) {
+      KDA_UNROLL
+      for (int m = 0; m < MS; ++m) pS[m] = a.h[(bh * NT + n) * D * D + tid + m * NT_];
+    }
+    if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  [[maybe_unused]] auto copy_state = [&](int64_t n) {  // no register prefetch: h[n] -> S (S unread until the next sync)
+    KDA_UNROLL
+    for (int m = 0; m < MS / 4; ++m) {
+      const int e = 4 * (tid + m * NT_);
+      blk.copy16_async(S + (e / D) * LD + e % D, a.h + (bh * NT + n) * D * D + e);
+    }
+  };
+  auto fetch_rows = [&](int64_t n, int rb) {
+    const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
+    const int64_t t0 = n * C + rb * RB;              // token row
+    KDA_UNROLL
+    for (int m = 0; m < MR / 2; ++m) {  // two adjacent columns a thread
+      const int e = 2 * (tid + m * NT_);
+      const int r = e / D, i = e % D;
+      const int64_t gi = (row0 + r) * D + i;
+      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
+      pO[2 * m] = pO[2 * m + 1] = 0.0f;
+      if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
+    }
+  };
+  fetch_state(NT - 1);
+  if constexpr (!kStatePrefetch) copy_state(NT - 1);
+  fetch_rows(NT - 1, 0);
+  for (int64_t n = NT - 1; n >= 0; --n) {
+    if constexpr (kStatePrefetch) {
+      KDA_UNROLL
+      for (int m = 0; m < MS; ++m) {
+        const int e = tid + m * NT_;
+        S[(e / D) * LD + e % D] = pS[m];
+      }
+    } else {
+      blk.wait_copies();  // this thread's copies of h[n] landed; the row block's sync publishes them
+    }
+    if (tid < D) eg[tid] = expf(pE);
+    for (int rb = 0; rb < C / RB; ++rb) {
+      const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
+      KDA_UNROLL
+      for (int m = 0; m < MR / 2; ++m) {
+        const int e = 2 * (tid + m * NT_);
+        const int r = e / D, i = e % D;
+        sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
+        sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
+        sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
+        sts2(Ur + r * LD + i, pU[2 * m], pU[2 * m + 1]);
+        sts2(Dr + r * LD + i, pD[2 * m], pD[2 * m + 1]);
+        sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
+      }
+      if (rb + 1 < C / RB) {
+        fetch_rows(n, rb + 1);
+      } else if (n > 0) {
+        fetch_rows(n - 1, 0);
+        fetch_state(n - 1);
+      }
+      blk.sync();  // also orders the S / eg stores above
+      // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
+      if constexpr (kTC) {
+        const int ti = warp * TPW, m0 = (ti / TN) * 16, n0 = (ti % TN) * 8;  // tiles (m0, n0 + 8 w), w < TPW
+        float p[4 * TPW] = {}, q[4 * TPW] = {};
+        mma_acc_block<kSplit, 1, TPW>(
+            blk, p, D, [&](int, int r, int k) { return Wr[(m0 + r) * LD + k]; },
+            [&](int w, int k, int c) { return S[k * LD + n0 + 8 * w + c]; });
+        mma_acc_block<kSplit, 1, TPW>(
+            blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
+            [&](int w, int k, int c) { return Sp[k * LD + n0 + 8 * w + c]; });
+        KDA_UNROLL
+        for (int w = 0; w < TPW; ++w) {
+          KDA_UNROLL
+          for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
+            int r, c;
+            frag_rc(lane, e, r, c);
+            r += m0;
+            const int j = n0 + 8 * w + c;
+            float dl[2], dd[2];
+            for (int u = 0; u < 2; ++u) {
+              dl[u] = Ur[r * LD + j + u] - p[4 * w + e + u];
+              dd[u] = Dr[r * LD + j + u] + q[4 * w + e + u];
+              Ur[r * LD + j + u] = dl[u];
+              Dr[r * LD + j + u] = dd[u];
+            }
+            st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);
+            st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
+          }
+        }
+      } else {
+        for (int e = tid; e < RB * D; e += NT_) {
+          const int r = e / D, j = e % D;
+          float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
+          for (int i = 0; i < D; ++i) {
+            dl -= Wr[r * LD + i] * S[i * LD + j];
+            dd += Kr[r * LD + i] * Sp[i * LD + j];
+          }
+          Ur[r * LD + j] = dl;
+          Dr[r * LD + j] = dd;
+          const int64_t gi = (row0 + r) * D + j;
+          st(ws.Delta, gi, dl);
+          st(static_cast<T*>(ws.dDelta), gi, dd);
+        }
+      }
+      blk.sync();
+      // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i));
+      // S' accumulator += scale Q~^T dO - W^T dDelta over the block's rows
+      if constexpr (kTC) {
+        if (warp < NXW) {  // X tiles (r0, n0 + 8u), u < XN: rows of dO / dDelta / Delta
+          const int xt = warp * XN, r0 = (xt / TN) * 16, n0 = (xt % TN) * 8;
+          float xqw[2 * XN * 4] = {}, xk[XN * 4] = {};  // [X_q | X_w][u][e], [u][e]
+          mma_acc_block<kSplit, 2, XN>(
+              blk, xqw, D, [&](int i, int r, int k) { return (i == 0 ? Or : Dr)[(r0 + r) * LD + k]; },
+              [&](int u, int k, int c) { return S[(n0 + 8 * u + c) * LD + k]; });
+          mma_acc_block<kSplit, 1, XN>(
+              blk, xk, D, [&](int, int r, int k) { return Ur[(r0 + r) * LD + k]; },
+              [&](int u, int k, int c) { return Sp[(n0 + 8 * u + c) * LD + k]; });
+          KDA_UNROLL
+          for (int u = 0; u < XN; ++u) {
+            const float* xq = xqw + 4 * u;
+            const float* xw = xqw + 4 * (XN + u);
+            KDA_UNROLL
+            for (int e = 0; e < 4; e += 2) {
+              int r, c;
+              frag_rc(lane, e, r, c);
+              const int64_t gi = (row0 + r0 + r) * D + n0 + 8 * u + c;
+              st2(static_cast<T*>(ws.Xq), gi, xq[e], xq[e + 1]);
+              st2(static_cast<T*>(ws.Xw), gi, xw[e], xw[e + 1]);
+              st2(ws.Xk, gi, xk[4 * u + e], xk[4 * u + e + 1]);
+            }
+          }
+        }
+        if (!kRoles || warp >= NXW) {  // this warp's NACC_T S' tiles: one row of tiles (m0)
+          const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T, m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+          mma_acc_block<kSplit, 1, NACC_T>(
+              blk, acc, RB, [&](int, int r, int k) { return Qr[k * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Or[k * LD + c0 + 8 * u + c]; });
+          mma_acc_block<kSplit, 1, NACC_T>(
+              blk, acc, RB, [&](int, int r, int k) { return -Wr[k * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Dr[k * LD + c0 + 8 * u + c]; });
+        }
+      } else {
+        for (int e = tid; e < RB * D; e += NT_) {
+          const int r = e / D, i = e % D;
+          float xq = 0.0f, xw = 0.0f, xk = 0.0f;
+          for (int j = 0; j < D; ++j) {
+            const float sv = S[i * LD + j];
+            xq += Or[r * LD + j] * sv;
+            xw += Dr[r * LD + j] * sv;
+            xk += Ur[r * LD + j] * Sp[i * LD + j];
+          }
+          const int64_t gi = (row0 + r) * D + i;
+          st(static_cast<T*>(ws.Xq), gi, xq);
+          st(static_cast<T*>(ws.Xw), gi, xw);
+          st(ws.Xk, gi, xk);
+        }
+        KDA_UNROLL
+        for (int m = 0; m < NACC; ++m) {
+          const int e = tid + m * NT_;
+          const int i = e / D, j = e % D;
+          float s = 0.0f;
+          for (int r = 0; r < RB; ++r) s += Qr[r * LD + i] * Or[r * LD + j] - Wr[r * LD + i] * Dr[r * LD + j];
+          acc[m] += s;
+        }
+      }
+      blk.sync();  // row tiles free for the next block
+    }
+    // dgamma_s = e^gamma * sum_v S S'  (one warp per state row)
+    for (int i = warp; i < D; i += NW) {
+      float s = 0.0f;
+      for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
+      s = blk.warp_sum(s);
+      if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
+    }
+    blk.sync();
+    if constexpr (!kStatePrefetch)
+      if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
+    if constexpr (kTC) {
+      KDA_UNROLL
+      for (int u = 0; u < NACC_T; ++u) {
+        if (kRoles && warp < NXW) break;                          // X warps hold no S' tiles (warp-uniform)
+        const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
+        const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          const int i = m0 + r, j = c0 + c;
+          Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[4 * u + e];
+          acc[4 * u + e] = 0.0f;
+        }
+      }
+    } else {
+      KDA_UNROLL
+      for (int m = 0; m < NACC; ++m) {
+        const int e = tid + m * NT_;
+        const int i = e / D, j = e % D;
+        Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
+        acc[m] = 0.0f;
+      }
+    }
+    blk.sync();
+  }
+  if (a.dh0)
+    for (int e = tid; e < D * D; e += NT_) a.dh0[bh * D * D + e] = Sp[(e / D) * LD + e % D];
+}
+
+// ======================================================================================
+// inter adjoint split over V (backward, reverse scan): a cluster of NV blocks per (b, h)
+// ======================================================================================
+// The scan's state columns are independent (column j of S and S' depends only on column j of
+// U, A_qk^T dO and dO), so block t of the cluster owns the columns [t VT, (t+1) VT) of S' and
+// computes there Delta, dDelta and the S' update. The outputs that sum over v are rows of
+// the transposed products: block t also owns the K rows [t VT, (t+1) VT) and computes X_q,
+// X_w, X_k and dgamma_s for them over the full V width, from
+//   S     rows and columns it needs, loaded from the saved trajectory h[n];
+//   S'    a full copy per block: after each chunk's update every block gathers the other
+//         blocks' columns from their shared memory (DSMEM);
+//   Delta, dDelta of the row block: gathered likewise after each row block's phase A.
+// No partial sums: every output element is computed by one block, with the same operands in
+// the same order as the single-block program, so the results are bit-identical to it.
+// Per row block: prefetched rows -> sync -> A (Delta, dDelta: own columns) -> cluster sync
+// -> gather -> sync -> B (X: own rows; S' accumulator: own columns) -> cluster sync (the
+// peers' gathers of this block's Delta / dDelta done; every block's reads of the saved
+// rows done, so X may go over W / sQ / Kbar). Blk provides cluster_sync() (barrier of all
+// the cluster's threads, with release / acquire of their shared-memory writes) and
+// peer(p, rank) (the address of p in block `rank`'s shared memory).
+template <class G, int NV_>
+struct SplitCfg {
+  static constexpr int D = G::D, C = G::C, NV = NV_;
+  static constexpr int VT = D / NV;  // own columns / own K rows
+  static constexpr int RB = G::RB;   // as the single-block program: the S' sums in its order
+  static constexpr int NTHR = 256, NW = NTHR / 32;
+  static constexpr int LD = G::LDA;
+  static constexpr int MT = RB / 16, TNV = VT / 8;
+  static constexpr int NACC_T = (D / 16) * TNV / NW;           // S' tiles a warp holds (tensor cores)
+  static constexpr int NACC_S = D * VT / NTHR;                 // S' elements a thread holds (CUDA cores)
+  static constexpr int MS = D * VT / (2 * NTHR);               // state pairs a thread loads per region
+  static constexpr int MR = RB * D / (2 * NTHR);               // full-width row pairs a thread loads
+  static constexpr int MRV = (RB * VT / 2 + NTHR - 1) / NTHR;  // own-column row pairs (guarded)
+  static_assert(NV == 2 || NV == 4);
+  static_assert(VT % 8 == 0 && (D / 16) * TNV % NW == 0 && (D * VT) % NTHR == 0);
+  static_assert((D * VT) % (2 * NTHR) == 0 && (RB * D) % (2 * NTHR) == 0 && NTHR >= D);
+  static constexpr int kFloats = 2 * D * LD + 6 * RB * LD + D;
+};
+
+template <class G, class T, bool kTC, int NV, class Blk>
+KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int vt,
+                                         float* smem) {
+  using SC = SplitCfg<G, NV>;
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, D = G::D, LD = SC::LD, RB = SC::RB, VT = SC::VT, NT_ = SC::NTHR, NW = SC::NW;
+  constexpr int MT = SC::MT, TNV = SC::TNV;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const int64_t NT = dm.NT(), Tp = dm.Tp();
+  const int c0 = vt * VT;  // own columns [c0, c0 + VT) and own K rows [c0, c0 + VT)
+  const T* dO = static_cast<const T*>(a.dO);
+  float* S = smem;           // [D][LD]  h[n]: own columns (all rows) and own rows (all columns)
+  float* Sp = S + D * LD;    // [D][LD]  S' (all columns; own columns computed here)
+  float* Wr = Sp + D * LD;   // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;  // [RB][LD] U -> Delta (own columns; the rest gathered)
+  float* Or = Ur + RB * LD;  // [RB][LD] dO
+  float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta (own columns; the rest gathered)
+  float* eg = Dr + RB * LD;  // [D]
+  const int tid = blk.tid();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int64_t b = bh / dm.H, h = bh % dm.H;
+
+  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
+  constexpr int kAccN = kTC ? 4 * SC::NACC_T : SC::NACC_S;
+  float acc[kAccN];
+  KDA_UNROLL
+  for (int m = 0; m < kAccN; ++m) acc[m] = 0.0f;
+
+  // Register prefetch one step ahead, as in the single-block program.
+  constexpr int MS = SC::MS, MR = SC::MR, MRV = SC::MRV;
+  float pSc[2 * MS], pSr[2 * MS], pW[2 * MR], pQ[2 * MR], pK[2 * MR], pO[2 * MR], pU[2 * MRV], pD[2 * MRV];
+  float pE = 0.0f;
+  auto fetch_state = [&](int64_t n) {  // own columns and own rows of h[n]; gamma[n]
+    const float* hn = a.h + (bh * NT + n) * D * D;
+    KDA_UNROLL
+    for (int m = 0; m < MS; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      ld2(hn, (e / VT) * D + c0 + e % VT, pSc[2 * m], pSc[2 * m + 1]);
+      ld2(hn, c0 * D + e, pSr[2 * m], pSr[2 * m + 1]);
+    }
+    if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  auto fetch_rows = [&](int64_t n, int rb) {
+    const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
+    const int64_t t0 = n * C + rb * RB;              // token row
+    KDA_UNROLL
+    for (int m = 0; m < MR; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      const int r = e / D, i = e % D;
+      const int64_t gi = (row0 + r) * D + i;
+      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
+      pO[2 * m] = pO[2 * m + 1] = 0.0f;
+      if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
+    }
+    KDA_UNROLL
+    for (int m = 0; m < MRV; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      if (e >= RB * VT) break;
+      const int64_t gi = (row0 + e / VT) * D + c0 + e % VT;
+      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
+    }
+  };
+  // gathers columns [p VT, (p+1) VT) of rows [0, rows) of x from every other block p
+  auto gather = [&](float* x, int rows) {
+    for (int p = 1; p < NV; ++p) {
+      const int src = (vt + p) % NV;
+      const float* px = blk.peer(x, src);
+      for (int e = tid; e < rows * VT / 4; e += NT_) {
+        const int r = e / (VT / 4), cc = src * VT + (e % (VT / 4)) * 4;
+        copy4(x + r * LD + cc, px + r * LD + cc);
+      }
+    }
+  };
+  fetch_state(NT - 1);
+  fetch_rows(NT - 1, 0);
+  for (int64_t n = NT - 1; n >= 0; --n) {
+    KDA_UNROLL
+    for (int m = 0; m < MS; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      sts2(S + (e / VT) * LD + c0 + e % VT, pSc[2 * m], pSc[2 * m + 1]);
+      sts2(S + (c0 + e / D) * LD + e % D, pSr[2 * m], pSr[2 * m + 1]);
+    }
+    if (tid < D) eg[tid] = expf(pE);
+    for (int rb = 0; rb < C / RB; ++rb) {
+      const int64_t row0 = bh * Tp + n * C + rb * RB;  // workspace row
+      KDA_UNROLL
+      for (int m = 0; m < MR; ++m) {
+        const int e = 2 * (tid + m * NT_);
+        const int r = e / D, i = e % D;
+        sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
+        sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
+        sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
+        sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
+      }
+      KDA_UNROLL
+      for (int m = 0; m < MRV; ++m) {
+        const int e = 2 * (tid + m * NT_);
+        if (e >= RB * VT) break;
+        const int at = (e / VT) * LD + c0 + e % VT;
+        sts2(Ur + at, pU[2 * m], pU[2 * m + 1]);
+        sts2(Dr + at, pD[2 * m], pD[2 * m + 1]);
+      }
+      if (rb + 1 < C / RB) {
+        fetch_rows(n, rb + 1);
+      } else if (n > 0) {
+        fetch_rows(n - 1, 0);
+        fetch_state(n - 1);
+      }
+      blk.sync();  // also orders the S / eg stores above
+      // ---- A: Delta = U - W S, dDelta = A_qk^T dO + Kbar S' on the own columns ----------
+      if constexpr (kTC) {
+        constexpr int NJ = MT * TNV;                  // 16x8 tiles of [RB x VT] per product
+        for (int jb = warp; jb < 2 * NJ; jb += NW) {  // warp-uniform
+          const bool is_dd = jb >= NJ;
+          const int ti = jb % NJ, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
+          const float* A = is_dd ? Kr : Wr;
+          const float* B = is_dd ? Sp : S;
+          float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_acc<kSplit>(
+              blk, p, D, [&](int r, int k) { return A[(m0 + r) * LD + k]; },
+              [&](int k, int c) { return B[k * LD + n0 + c]; });
+          for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
+            int r, c;
+            frag_rc(lane, e, r, c);
+            r += m0;
+            const int j = n0 + c;
+            float v[2];
+            for (int u = 0; u < 2; ++u) {
+              float* x = (is_dd ? Dr : Ur) + r * LD + j + u;
+              v[u] = is_dd ? *x + p[e + u] : *x - p[e + u];
+              *x = v[u];
+            }
+            if (is_dd) st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, v[0], v[1]);
+            else st2(ws.Delta, (row0 + r) * D + j, v[0], v[1]);
+          }
+        }
+      } else {
+        for (int e = tid; e < RB * VT; e += NT_) {
+          const int r = e / VT, j = c0 + e % VT;
+          float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
+          for (int i = 0; i < D; ++i) {
+            dl -= Wr[r * LD + i] * S[i * LD + j];
+            dd += Kr[r * LD + i] * Sp[i * LD + j];
+          }
+          Ur[r * LD + j] = dl;
+          Dr[r * LD + j] = dd;
+          const int64_t gi = (row0 + r) * D + j;
+          st(ws.Delta, gi, dl);
+          st(static_cast<T*>(ws.dDelta), gi, dd);
+        }
+      }
+      blk.cluster_sync();  // every block's Delta / dDelta columns written; saved rows all read
+      gather(Ur, RB);
+      gather(Dr, RB);
+      blk.sync();
+      // ---- B: X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T on the own K rows (full V);
+      // S' accumulator += scale Q~^T dO - W^T dDelta on the own columns ---------------------
+      if constexpr (kTC) {
+        constexpr int NJ = MT * TNV;                  // 16x8 tiles of [RB x VT] per product
+        for (int jb = warp; jb < 3 * NJ; jb += NW) {  // warp-uniform
+          const int prod = jb / NJ, ti = jb % NJ, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
+          const float* A = prod == 0 ? Or : prod == 1 ? Dr : Ur;
+          const float* B = prod == 2 ? Sp : S;
+          float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_acc<kSplit>(
+              blk, x, D, [&](int r, int k) { return A[(m0 + r) * LD + k]; },
+              [&](int k, int c) { return B[(n0 + c) * LD + k]; });
+          for (int e = 0; e < 4; e += 2) {
+            int r, c;
+            frag_rc(lane, e, r, c);
+            const int64_t gi = (row0 + m0 + r) * D + n0 + c;
+            if (prod == 0) st2(static_cast<T*>(ws.Xq), gi, x[e], x[e + 1]);
+            else if (prod == 1) st2(static_cast<T*>(ws.Xw), gi, x[e], x[e + 1]);
+            else st2(ws.Xk, gi, x[e], x[e + 1]);
+          }
+        }
+        KDA_UNROLL
+        for (int u = 0; u < SC::NACC_T; ++u) {
+          const int ti = warp * SC::NACC_T + u, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
+          float(&ac)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
+          mma_acc<kSplit>(
+              blk, ac, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+              [&](int k, int c) { return Or[k * LD + n0 + c]; });
+          mma_acc<kSplit>(
+              blk, ac, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+              [&](int k, int c) { return Dr[k * LD + n0 + c]; });
+        }
+      } else {
+        for (int e = tid; e < RB * VT; e += NT_) {
+          const int r = e / VT, i = c0 + e % VT;
+          float xq = 0.0f, xw = 0.0f, xk = 0.0f;
+          for (int j = 0; j < D; ++j) {
+            const float sv = S[i * LD + j];
+            xq += Or[r * LD + j] * sv;
+            xw += Dr[r * LD + j] * sv;
+            xk += Ur[r * LD + j] * Sp[i * LD + j];
+          }
+          const int64_t gi = (row0 + r) * D + i;
+          st(static_cast<T*>(ws.Xq), gi, xq);
+          st(static_cast<T*>(ws.Xw), gi, xw);
+          st(ws.Xk, gi, xk);
+        }
+        KDA_UNROLL
+        for (int m = 0; m < SC::NACC_S; ++m) {
+          const int e = tid + m * NT_;
+          const int i = e / VT, j = c0 + e % VT;
+          float s = 0.0f;
+          for (int r = 0; r < RB; ++r) s += Qr[r * LD + i] * Or[r * LD + j] - Wr[r * LD + i] * Dr[r * LD + j];
+          acc[m] += s;
+        }
+      }
+      blk.cluster_sync();  // the peers' gathers of Ur / Dr done: row tiles free for the next step
+    }
+    // dgamma_s = e^gamma * sum_v S S' on the own K rows (one warp per state row)
+    for (int i = c0 + warp; i < c0 + VT; i += NW) {
+      float s = 0.0f;
+      for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
+      s = blk.warp_sum(s);
+      if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
+    }
+    blk.sync();
+    if constexpr (kTC) {
+      KDA_UNROLL
+      for (int u = 0; u < SC::NACC_T; ++u) {
+        const int ti = warp * SC::NACC_T + u, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          const int i = m0 + r, j = n0 + c;
+          Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[4 * u + e];
+          acc[4 * u + e] = 0.0f;
+        }
+      }
+    } else {
+      KDA_UNROLL
+      for (int m = 0; m < SC::NACC_S; ++m) {
+        const int e = tid + m * NT_;
+        const int i = e / VT, j = c0 + e % VT;
+        Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
+        acc[m] = 0.0f;
+      }
+    }
+    if (n > 0) {
+      blk.cluster_sync();  // every block's S' columns updated
+      gather(Sp, D);       // (a peer updates its columns again only after the next chunk's cluster syncs)
+    }
+    blk.sync();
+  }
+  if (a.dh0)
+    for (int e = tid; e < D * VT; e += NT_) {
+      const int i = e / VT, j = c0 + e % VT;
+      a.dh0[(bh * D + i) * D + j] = Sp[i * LD + j];
+    }
+}
+
+}  // namespace lt::kda::KDA_BLOCKS_NS

@@ -1,0 +1,181 @@
+// KDA inter (forward state scan, grid NV*B*H: one block per V tile, sequential over chunks)
+// (overview: kernels/kda_blocks.h).
+#pragma once
+
+#include "kernels/kda/block_common.h"
+
+namespace lt::kda::KDA_BLOCKS_NS {
+
+// ======================================================================================
+// inter (forward state scan), one block per (b, h, V tile of BV columns)
+// kTC: the three products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
+// ======================================================================================
+template <class G, class T, bool kTC, class Blk>
+KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int vt, float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int C = G::C, D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const int64_t NT = dm.NT(), Tp = dm.Tp();
+  const int v0 = vt * BV;
+  T* o = static_cast<T*>(a.o);
+  float* Ws = smem;          // [C][LDA] W
+  float* Qs = Ws + C * LDA;  // [C][LDA] Qp
+  float* Ks = Qs + C * LDA;  // [C][LDA] Kbar
+  float* Us = Ks + C * LDA;  // [C][LBV] U
+  float* Os = Us + C * LBV;  // [C][LBV] Ob
+  float* Ds = Os + C * LBV;  // [C][LBV] Delta
+  float* S = Ds + C * LBV;   // [D][LBV] state tile
+  float* eg = S + D * LBV;   // [D] e^gamma
+  const int tid = blk.tid();
+  const int lane = tid & 31, warp = tid >> 5;
+
+  for (int e = tid; e < D * BV; e += NT_) {
+    const int i = e / BV, jj = e % BV;
+    S[i * LBV + jj] = a.h0 ? a.h0[(bh * D + i) * D + v0 + jj] : 0.0f;
+  }
+  const int64_t b = bh / dm.H, h = bh % dm.H;
+  // Register prefetch (as in the inter adjoint): chunk n+1's tiles are loaded while chunk n
+  // computes, where they fit in registers (<= 128 floats a thread: every configuration since
+  // D = 128, C = 64 runs 256 threads; a wider one would load each chunk at its start).
+  static_assert(NT_ >= D, "one gamma per thread");
+  constexpr int MA = C * D / NT_, MB = C * BV / NT_;
+  constexpr bool kPrefetch = 3 * MA + 2 * MB <= 128;
+  float pW[MA], pQ[MA], pK[MA], pU[MB], pO[MB], pE = 0.0f;
+  auto fetch = [&](int64_t n) {
+    const int64_t row0 = bh * Tp + n * C;
+    // two adjacent columns a thread: one 32-bit (bf16) / 64-bit (fp32) load each
+    KDA_UNROLL
+    for (int m = 0; m < MA / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
+      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.Qp), gi, pQ[2 * m], pQ[2 * m + 1]);
+      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
+    }
+    KDA_UNROLL
+    for (int m = 0; m < MB / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      const int r = e / BV, jj = e % BV;
+      const int64_t gi = (row0 + r) * D + v0 + jj;
+      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(static_cast<const T*>(ws.Ob), gi, pO[2 * m], pO[2 * m + 1]);
+    }
+    if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
+  };
+  if (kPrefetch) fetch(0);
+  for (int64_t n = 0; n < NT; ++n) {
+    const int64_t t0 = n * C;
+    if (!kPrefetch) fetch(n);
+    KDA_UNROLL
+    for (int m = 0; m < MA / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      const int r = e / D, i = e % D;
+      sts2(Ws + r * LDA + i, pW[2 * m], pW[2 * m + 1]);
+      sts2(Qs + r * LDA + i, pQ[2 * m], pQ[2 * m + 1]);
+      sts2(Ks + r * LDA + i, pK[2 * m], pK[2 * m + 1]);
+    }
+    KDA_UNROLL
+    for (int m = 0; m < MB / 2; ++m) {
+      const int e = 2 * (tid + m * NT_);
+      const int r = e / BV, jj = e % BV;
+      sts2(Us + r * LBV + jj, pU[2 * m], pU[2 * m + 1]);
+      sts2(Os + r * LBV + jj, pO[2 * m], pO[2 * m + 1]);
+    }
+    if (tid < D) eg[tid] = expf(pE);
+    if (kPrefetch && n + 1 < NT) fetch(n + 1);
+    blk.sync();                                    // S of the previous step complete, tiles stored
+    for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
+      const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
+      copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);
+    }
+    if constexpr (kTC) {
+      // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV], one warp per tile
+      constexpr int NTN = BV / 8, NTILE = (C / 16) * NTN;
+      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
+        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
+        float ws_[4] = {0.0f, 0.0f, 0.0f, 0.0f}, oo[4];
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          oo[e] = Os[(m0 + r) * LBV + n0 + c];
+        }
+        mma_acc2<kSplit>(
+            blk, ws_, oo, D, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
+            [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; }, [&](int k, int c) { return S[k * LBV + n0 + c]; });
+        for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 of row r
+          int r, c;
+          frag_rc(lane, e, r, c);
+          Ds[(m0 + r) * LBV + n0 + c] = Us[(m0 + r) * LBV + n0 + c] - ws_[e];
+          Ds[(m0 + r) * LBV + n0 + c + 1] = Us[(m0 + r) * LBV + n0 + c + 1] - ws_[e + 1];
+          if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + n0 + c, oo[e], oo[e + 1]);
+        }
+      }
+    } else {
+      constexpr int RG = NT_ / BV, RM = C / RG;
+      const int j = tid % BV, rg = tid / BV;
+      float dl[RM], oo[RM];
+      KDA_UNROLL
+      for (int m = 0; m < RM; ++m) {
+        dl[m] = Us[(rg + m * RG) * LBV + j];
+        oo[m] = Os[(rg + m * RG) * LBV + j];
+      }
+      for (int i = 0; i < D; ++i) {
+        const float sv = S[i * LBV + j];
+        KDA_UNROLL
+        for (int m = 0; m < RM; ++m) {
+          dl[m] -= Ws[(rg + m * RG) * LDA + i] * sv;
+          oo[m] += Qs[(rg + m * RG) * LDA + i] * sv;
+        }
+      }
+      KDA_UNROLL
+      for (int m = 0; m < RM; ++m) {
+        const int r = rg + m * RG;
+        Ds[r * LBV + j] = dl[m];
+        if (t0 + r < dm.T) st(o, ((b * dm.T + t0 + r) * dm.H + h) * D + v0 + j, oo[m]);
+      }
+    }
+    blk.sync();  // Delta complete; everybody done reading S
+    if constexpr (kTC) {
+      // S <- e^gamma S + Kbar^T Delta: 16x8 tiles of [D x BV]; each warp owns its tiles of S
+      constexpr int NTN = BV / 8, NTILE = (D / 16) * NTN;
+      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
+        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
+        float acc[4];
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          acc[e] = eg[m0 + r] * S[(m0 + r) * LBV + n0 + c];
+        }
+        mma_acc<kSplit>(
+            blk, acc, C, [&](int r, int k) { return Ks[k * LDA + m0 + r]; },
+            [&](int k, int c) { return Ds[k * LBV + n0 + c]; });
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          S[(m0 + r) * LBV + n0 + c] = acc[e];
+        }
+      }
+    } else {
+      constexpr int RG = NT_ / BV, IM = D / RG;
+      const int j = tid % BV, rg = tid / BV;
+      float acc[IM];
+      KDA_UNROLL
+      for (int m = 0; m < IM; ++m) acc[m] = eg[rg + m * RG] * S[(rg + m * RG) * LBV + j];
+      for (int r = 0; r < C; ++r) {
+        const float dv = Ds[r * LBV + j];
+        KDA_UNROLL
+        for (int m = 0; m < IM; ++m) acc[m] += Ks[r * LDA + rg + m * RG] * dv;
+      }
+      KDA_UNROLL
+      for (int m = 0; m < IM; ++m) S[(rg + m * RG) * LBV + j] = acc[m];
+    }
+    blk.sync();  // S updated before the next step's tiles overwrite Ws..Ds
+  }
+  if (a.ht)
+    for (int e = tid; e < D * BV; e += NT_) {
+      const int i = e / BV, jj = e % BV;
+      a.ht[(bh * D + i) * D + v0 + jj] = S[i * LBV + jj];
+    }
+}
+
+}  // namespace lt::kda::KDA_BLOCKS_NS
