@@ -17,21 +17,12 @@
 #include "kernels/half.h"
 #include "kernels/kda.h"
 #include "tests/support/compare.h"
+#include "tests/support/test_seed.h"
 
 namespace lt::kda::testing {
 
-// Fresh seed per process unless LINTRAIN_TEST_SEED is set; printed so a failure can be replayed.
-inline uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("LINTRAIN_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(s, nullptr, 10));
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
-// Appended to failure messages: the per-case seeds printed by the tests are derived from
-// test_seed(); this is the value that replays the run.
-inline std::string replay_hint() { return " (replay: LINTRAIN_TEST_SEED=" + std::to_string(test_seed()) + ")"; }
+using lt::testing::replay_hint;  // tests/support/test_seed.h
+using lt::testing::test_seed;
 
 struct Case {
   Dims dims;

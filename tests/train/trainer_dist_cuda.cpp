@@ -106,16 +106,8 @@ TEST_CASE("trainer cuda --nproc 2: two GPUs follow one; a killed rank ends the j
 
   write_text(tmp / "job.json", gpu_config(job, 100000, 5));
   auto p = lt::traintest::spawn_trainer({"--config", tmp / "job.json", "--nproc", "2"}, tmp.path.string(), "job");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  while (!fs::exists(job + "/step-00000005") || lt::traintest::count_lines(job + "/metrics.jsonl") < 8) {
-    int status = 0;
-    REQUIRE(::waitpid(p.pid, &status, WNOHANG) == 0);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::istringstream kids(read_text("/proc/" + std::to_string(p.pid) + "/task/" + std::to_string(p.pid) + "/children"));
-  std::vector<pid_t> pids;
-  for (pid_t c; kids >> c;) pids.push_back(c);
+  lt::traintest::wait_for_progress(p.pid, job + "/metrics.jsonl", 8, std::chrono::seconds(180), job + "/step-00000005");
+  const std::vector<pid_t> pids = lt::traintest::children_of(p.pid);
   REQUIRE(pids.size() == 2);
   ::kill(pids.back(), SIGKILL);
   const auto t0 = std::chrono::steady_clock::now();

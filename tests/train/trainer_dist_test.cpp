@@ -39,26 +39,8 @@ std::string dist_config(const std::string& out, int64_t steps, int64_t checkpoin
 using lt::traintest::check_close;
 auto losses = lt::traintest::loss_trajectory;
 
-// Children of a process (from /proc/<pid>/task/<pid>/children).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  std::istringstream is(read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
-  for (pid_t c; is >> c;) out.push_back(c);
-  return out;
-}
-
-// The RANK of a process, from its environment.
-int rank_of(pid_t pid) {
-  const std::string env = read_text("/proc/" + std::to_string(pid) + "/environ");
-  for (size_t i = 0; i < env.size();) {
-    const size_t end = env.find('\0', i);
-    const std::string kv = env.substr(i, end == std::string::npos ? std::string::npos : end - i);
-    if (kv.rfind("RANK=", 0) == 0) return std::stoi(kv.substr(5));
-    if (end == std::string::npos) break;
-    i = end + 1;
-  }
-  return -1;
-}
+using lt::traintest::rank_pid;
+using lt::traintest::wait_for_progress;
 
 }  // namespace
 
@@ -157,16 +139,8 @@ TEST_CASE("trainer --nproc 2: a rank killed with SIGKILL ends the job, names the
   write_text(tmp / "run.json", dist_config(out, 100000, 3));
   auto p = lt::traintest::spawn_trainer({"--config", tmp / "run.json", "--nproc", "2"}, tmp.path.string(), "job");
   // Wait for the first checkpoint and a few more steps.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!fs::exists(out + "/step-00000003") || lt::traintest::count_lines(out + "/metrics.jsonl") < 5) {
-    int status = 0;
-    REQUIRE(::waitpid(p.pid, &status, WNOHANG) == 0);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  pid_t victim = -1;
-  for (pid_t c : children_of(p.pid))
-    if (rank_of(c) == 1) victim = c;
+  wait_for_progress(p.pid, out + "/metrics.jsonl", 5, std::chrono::seconds(120), out + "/step-00000003");
+  const pid_t victim = rank_pid(p.pid, 1);
   REQUIRE(victim > 0);
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(victim, SIGKILL);
@@ -200,16 +174,8 @@ TEST_CASE("trainer --nproc 2: a hung rank ends the job after dist.timeout_s, the
   run.timeout_s = 8;
   write_text(tmp / "run.json", lt::traintest::dist_config(run));
   auto p = lt::traintest::spawn_trainer({"--config", tmp / "run.json", "--nproc", "2"}, tmp.path.string(), "job");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!fs::exists(out + "/step-00000002") || lt::traintest::count_lines(out + "/metrics.jsonl") < 3) {
-    int status = 0;
-    REQUIRE(::waitpid(p.pid, &status, WNOHANG) == 0);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  pid_t hung = -1;
-  for (pid_t c : children_of(p.pid))
-    if (rank_of(c) == 1) hung = c;
+  wait_for_progress(p.pid, out + "/metrics.jsonl", 3, std::chrono::seconds(120), out + "/step-00000002");
+  const pid_t hung = rank_pid(p.pid, 1);
   REQUIRE(hung > 0);
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(hung, SIGSTOP);  // alive, connections open, making no progress
@@ -233,13 +199,7 @@ TEST_CASE("trainer --nproc 2: SIGTERM stops both ranks after the same step with 
   const std::string out = tmp / "out";
   write_text(tmp / "run.json", dist_config(out, 100000, 0));
   auto p = lt::traintest::spawn_trainer({"--config", tmp / "run.json", "--nproc", "2"}, tmp.path.string(), "job");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (lt::traintest::count_lines(out + "/metrics.jsonl") < 3) {
-    int status = 0;
-    REQUIRE(::waitpid(p.pid, &status, WNOHANG) == 0);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_for_progress(p.pid, out + "/metrics.jsonl", 3, std::chrono::seconds(120));
   ::kill(p.pid, SIGTERM);
   const int rc = p.wait();
   const std::string err = p.err();

@@ -1,10 +1,17 @@
 // Helpers for the data-parallel trainer tests (CPU and CUDA): the run config, the loss
-// trajectory of a metrics.jsonl, and their comparison.
+// trajectory of a metrics.jsonl and their comparison, and a running job's rank processes.
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -56,6 +63,48 @@ inline void check_close(const std::vector<std::pair<double, double>>& a,
     worst = std::max(worst, std::abs(a[i].first - b[i].first) / std::abs(a[i].first));
   }
   WARN("largest relative loss difference " << worst);
+}
+
+// Waits while the job `pid` runs until `metrics` has at least `lines` lines (and, when
+// `checkpoint` is not empty, that checkpoint folder exists); fails the test if the job ends
+// first or `timeout` passes.
+inline void wait_for_progress(pid_t pid, const std::string& metrics, size_t lines, std::chrono::seconds timeout,
+                              const std::string& checkpoint = "") {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while ((!checkpoint.empty() && !std::filesystem::exists(checkpoint)) || count_lines(metrics) < lines) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Children of a process (from /proc/<pid>/task/<pid>/children): a launcher's rank processes.
+inline std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::istringstream is(read_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t c; is >> c;) out.push_back(c);
+  return out;
+}
+
+// The RANK of a process, from its environment; -1 when it has none.
+inline int rank_of(pid_t pid) {
+  const std::string env = read_text("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t i = 0; i < env.size();) {
+    const size_t end = env.find('\0', i);
+    const std::string kv = env.substr(i, end == std::string::npos ? std::string::npos : end - i);
+    if (kv.rfind("RANK=", 0) == 0) return std::stoi(kv.substr(5));
+    if (end == std::string::npos) break;
+    i = end + 1;
+  }
+  return -1;
+}
+
+// The process of rank `rank` among the launcher's children; -1 when there is none.
+inline pid_t rank_pid(pid_t launcher, int rank) {
+  for (pid_t c : children_of(launcher))
+    if (rank_of(c) == rank) return c;
+  return -1;
 }
 
 }  // namespace lt::traintest

@@ -20,18 +20,11 @@
 #include "engine/dist/comm.h"
 #include "engine/dist/launch.h"
 #include "engine/tensor.h"
+#include "tests/support/test_seed.h"
 
 namespace lt::disttest {
 
-// Fresh per process unless LINTRAIN_TEST_SEED is set; tests print it for a replay.
-inline uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("LINTRAIN_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(s, nullptr, 10));
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
+using lt::testing::test_seed;  // tests/support/test_seed.h
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 inline int free_loopback_port() { return dist::free_local_port(); }
