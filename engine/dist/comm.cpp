@@ -154,25 +154,15 @@ struct ThreadGroupState {
   }
 };
 
-class ThreadCommunicator final : public Communicator {
+class ThreadCommunicator final : public detail::HostCommunicator {
  public:
   ThreadCommunicator(std::shared_ptr<ThreadGroupState> state, int rank) : state_(std::move(state)), rank_(rank) {}
   int rank() const override { return rank_; }
   int world() const override { return state_->world; }
   const char* backend() const override { return "threads"; }
-  Device device() const override { return Device::cpu(); }
-
-  void all_reduce_sum(Tensor& t, const Stream&) override { run(Op::all_reduce_sum, t, nullptr, -1); }
-  void reduce_scatter_sum(Tensor& t, const std::vector<Shard>& shards, const Stream&) override {
-    run(Op::reduce_scatter_sum, t, &shards, -1);
-  }
-  void all_gather(Tensor& t, const std::vector<Shard>& shards, const Stream&) override {
-    run(Op::all_gather, t, &shards, -1);
-  }
-  void broadcast(Tensor& t, int root, const Stream&) override { run(Op::broadcast, t, nullptr, root); }
 
  private:
-  void run(Op op, Tensor& t, const std::vector<Shard>* shards, int root) {
+  void run(Op op, Tensor& t, const std::vector<Shard>* shards, int root) override {
     CallDesc c = detail::describe_call(op, t, shards, root, rank_, state_->world, Device::cpu());
     void* ptr = c.error.empty() ? t.data_ptr() : nullptr;
     state_->enter(rank_, std::move(c), ptr);

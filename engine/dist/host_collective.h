@@ -42,6 +42,24 @@ std::string check_agreement(const std::vector<CallDesc>& calls);
 // dst[i] = sum over r of srcs[r][i] for i < count (rule above); dst may be one of srcs.
 void host_sum(DType dtype, int64_t count, const std::vector<const void*>& srcs, void* dst);
 
+// A host backend's communicator: on the CPU, every collective one call of run(op, t, shards,
+// root) (shards null and root -1 where the collective has none).
+class HostCommunicator : public Communicator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void all_reduce_sum(Tensor& t, const Stream&) final { run(Op::all_reduce_sum, t, nullptr, -1); }
+  void reduce_scatter_sum(Tensor& t, const std::vector<Shard>& shards, const Stream&) final {
+    run(Op::reduce_scatter_sum, t, &shards, -1);
+  }
+  void all_gather(Tensor& t, const std::vector<Shard>& shards, const Stream&) final {
+    run(Op::all_gather, t, &shards, -1);
+  }
+  void broadcast(Tensor& t, int root, const Stream&) final { run(Op::broadcast, t, nullptr, root); }
+
+ protected:
+  virtual void run(Op op, Tensor& t, const std::vector<Shard>* shards, int root) = 0;
+};
+
 // Byte encoding of a CallDesc for the tcp backend (same-endian hosts).
 std::string encode_call(const CallDesc& c);
 // Throws std::runtime_error naming `from` on a malformed encoding.

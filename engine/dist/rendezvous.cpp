@@ -285,22 +285,12 @@ struct DataChannel {
   std::mutex mutex;           // one collective at a time
 };
 
-class TcpCommunicator final : public Communicator {
+class TcpCommunicator final : public detail::HostCommunicator {
  public:
   explicit TcpCommunicator(std::shared_ptr<DataChannel> ch) : ch_(std::move(ch)) {}
   int rank() const override { return ch_->rank; }
   int world() const override { return ch_->world; }
   const char* backend() const override { return "tcp"; }
-  Device device() const override { return Device::cpu(); }
-
-  void all_reduce_sum(Tensor& t, const Stream&) override { run(Op::all_reduce_sum, t, nullptr, -1); }
-  void reduce_scatter_sum(Tensor& t, const std::vector<Shard>& shards, const Stream&) override {
-    run(Op::reduce_scatter_sum, t, &shards, -1);
-  }
-  void all_gather(Tensor& t, const std::vector<Shard>& shards, const Stream&) override {
-    run(Op::all_gather, t, &shards, -1);
-  }
-  void broadcast(Tensor& t, int root, const Stream&) override { run(Op::broadcast, t, nullptr, root); }
 
  private:
   // Bytes rank r contributes to / receives from a call described by c (r's own description).
@@ -316,7 +306,7 @@ class TcpCommunicator final : public Communicator {
     return 0;
   }
 
-  void run(Op op, Tensor& t, const std::vector<Shard>* shards, int root) {
+  void run(Op op, Tensor& t, const std::vector<Shard>* shards, int root) override {
     const int me = ch_->rank, world = ch_->world;
     CallDesc mine = detail::describe_call(op, t, shards, root, me, world, Device::cpu());
     char* base = mine.error.empty() ? static_cast<char*>(t.data_ptr()) : nullptr;
