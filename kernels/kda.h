@@ -200,6 +200,11 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 // than 1 there too (11.2 ms; the D128 split-2 program spills), so 2 is never picked.
 int inter_adjoint_split(int64_t bh, int sms);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
+// The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
+// bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table
+// measured on the H200 (docs/BENCHMARKS.md, "KDA chunk table"). The engine takes it where a
+// caller asks for chunk 0 (auto).
+int fused_chunk(int64_t bh, int64_t T, int D, DType dtype);
 
 // The backward in two parts, so that the caller can free A_qk in between (the engine does):
 //   aqk_dO    launch 1: AqkT_dO = A_qk^T dO, zeroes the counters. Reads Aqk, dO; writes

@@ -44,7 +44,7 @@ struct StepOptions {
   std::string arch = "kda";
   std::string precision = "fp32";
   int64_t B = 8, T = 512, d = 768, layers = 2, heads = 12, head_dim = 64, vocab = 32000;
-  int chunk = 64;
+  int chunk = 0;  // 0: auto (engine/model/blocks.h)
   std::string path = "auto";
   int iters = 50;
   int warmup = 5;
@@ -66,7 +66,8 @@ void add_model_options(CLI::App& sub, StepOptions& o) {
   sub.add_option("--heads", o.heads, "heads")->check(CLI::PositiveNumber);
   sub.add_option("--head-dim", o.head_dim, "head size")->check(CLI::PositiveNumber);
   sub.add_option("--vocab", o.vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  sub.add_option("--chunk", o.chunk, "mixer chunk length (16, 32, 64)")->check(CLI::PositiveNumber);
+  sub.add_option("--chunk", o.chunk, "mixer chunk length (16, 32, 64; 0: auto, the fastest for the shape)")
+      ->check(CLI::IsMember({0, 16, 32, 64}));
   sub.add_option("--path", o.path, "mixer path: auto | naive | ops | fused");
   sub.add_option("--seed", o.seed, "initialisation and batch seed");
 }
@@ -162,18 +163,20 @@ int run_step_bench(const StepOptions& o) {
   const Timing& tt = timing.total;
   const double tokens_per_step = static_cast<double>(o.B * o.T);
   const double tok_s = tokens_per_step / (tt.median_ms * 1e-3);
-  const double tflops = m.flops_per_token(o.T) * tok_s / 1e12;
+  const double flops_per_token = m.flops_per_token(o.T, o.B);
+  const double tflops = flops_per_token * tok_s / 1e12;
+  const int chunk = m.mixer_chunk(o.B, o.T);
   std::printf(
-      "kbench step  %s %s  d %lld  layers %lld  heads %lld x %lld  vocab %lld  B %lld T %lld  chunk %d  "
+      "kbench step  %s %s  d %lld  layers %lld  heads %lld x %lld  vocab %lld  B %lld T %lld  chunk %d%s  "
       "path %s  (%s, %s)\n",
       o.arch.c_str(), o.precision.c_str(), (long long)o.d, (long long)o.layers, (long long)o.heads,
-      (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, o.chunk, o.path.c_str(),
+      (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, chunk, o.chunk == 0 ? " (auto)" : "", o.path.c_str(),
       device_description(device).c_str(), today_utc().c_str());
   std::printf("  parameters %.2fM   loss after %lld steps %.5f\n", static_cast<double>(m.num_params()) / 1e6,
               (long long)t, loss_now);
   std::printf("  ms/step median %.3f  p10 %.3f  p90 %.3f   (%d steps after %d warm-up)\n", tt.median_ms, tt.p10_ms,
               tt.p90_ms, iters, warmup);
-  std::printf("  tokens/s %.0f   model %.1f TFLOP/s (%.3g FLOP/token)\n", tok_s, tflops, m.flops_per_token(o.T));
+  std::printf("  tokens/s %.0f   model %.1f TFLOP/s (%.3g FLOP/token)\n", tok_s, tflops, flops_per_token);
   std::printf("  launches per step %.0f\n", launches);
   std::printf("%s", stage_table(atlas).c_str());
   std::printf("  peak in use %s, peak reserved %s; device mallocs after step 1: %lld\n",
@@ -193,7 +196,8 @@ int run_step_bench(const StepOptions& o) {
                       {"vocab", o.vocab},
                       {"B", o.B},
                       {"T", o.T},
-                      {"chunk", o.chunk},
+                      {"chunk", chunk},
+                      {"chunk_auto", o.chunk == 0},
                       {"path", o.path},
                       {"date", today_utc()},
                       {"device", device_description(device)},
@@ -245,7 +249,7 @@ int run_model_dump(const StepOptions& o) {
   grads.push_back({"loss", loss});
   io::write_safetensors(
       dir + "grads.safetensors", grads,
-      {{"device", dev.str()}, {"dtype", o.dtype}, {"path", o.path}, {"chunk", std::to_string(o.chunk)}});
+      {{"device", dev.str()}, {"dtype", o.dtype}, {"path", o.path}, {"chunk", std::to_string(m.mixer_chunk(o.B, o.T))}});
   std::printf("kbench model-dump: %s %s on %s, B %lld T %lld, loss %.8f -> %s\n", o.arch.c_str(), o.dtype.c_str(),
               dev.str().c_str(), (long long)o.B, (long long)o.T, loss.item(), o.out_dir.c_str());
   return 0;

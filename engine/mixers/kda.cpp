@@ -65,8 +65,9 @@ struct KdaSaved {
 
 namespace {
 
-kda::Dims dims_of(const KdaInputs& in, int chunk) {
+kda::Dims dims_of(const KdaInputs& in, const KdaConfig& cfg) {
   if (!in.q.defined() || in.q.dim() != 4) throw std::invalid_argument("kda: q must be [B, T, H, D]");
+  const int chunk = kda_chunk(cfg, in.q.shape(), in.q.dtype());
   kda::Dims d;
   d.B = in.q.size(0);
   d.T = in.q.size(1);
@@ -86,7 +87,7 @@ kda::Dims dims_of(const KdaInputs& in, int chunk) {
     throw std::invalid_argument("kda: h0 must be [B, H, D, D]");
   for (const Tensor* t : {&in.k, &in.v, &in.f, &in.b})
     if (t->dtype() != in.q.dtype()) throw std::invalid_argument("kda: q, k, v, f, b must share one dtype");
-  if (chunk < 1) throw std::invalid_argument("kda: chunk must be >= 1");
+  if (chunk < 1) throw std::invalid_argument("kda: chunk must be >= 1 (or 0: auto), got " + std::to_string(cfg.chunk));
   return d;
 }
 
@@ -476,8 +477,14 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
 
 }  // namespace
 
+int kda_chunk(const KdaConfig& cfg, const Shape& q_shape, DType dtype) {
+  if (cfg.chunk != 0) return cfg.chunk;
+  if (cfg.path != KdaPath::fused || q_shape.size() != 4) return 64;
+  return kda::fused_chunk(q_shape[0] * q_shape[2], q_shape[1], static_cast<int>(q_shape[3]), dtype);
+}
+
 KdaOutput kda_forward(const KdaInputs& in, const KdaConfig& cfg) {
-  const kda::Dims d = dims_of(in, cfg.chunk);
+  const kda::Dims d = dims_of(in, cfg);
   auto sv = std::make_shared<KdaSaved>();
   sv->cfg = cfg;
   sv->in = in;

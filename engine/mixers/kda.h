@@ -1,6 +1,6 @@
 // KDA token mixer at the Tensor level: forward / backward with a selectable path.
 //
-//   lt::mixers::KdaConfig cfg;  cfg.chunk = 64;  cfg.path = lt::mixers::KdaPath::fused;
+//   lt::mixers::KdaConfig cfg;  cfg.path = lt::mixers::KdaPath::fused;  // chunk 0: auto
 //   auto out = lt::mixers::kda_forward({q, k, v, f, b, A_log, dt_bias, h0}, cfg);  // out.o [B,T,H,D]
 //   auto g = lt::mixers::kda_backward(std::move(out.saved), dO);                   // g.dq ... g.dh0
 //
@@ -33,7 +33,7 @@ KdaPath parse_kda_path(const std::string& name);  // "naive" | "ops" | "fused"
 const char* kda_path_name(KdaPath p);
 
 struct KdaConfig {
-  int chunk = 64;      // 16, 32 or 64 (ops path: any >= 1)
+  int chunk = 0;       // 0: auto (kda_chunk); else 16, 32 or 64 (ops path: any >= 1)
   double scale = 0.0;  // 0: D^-1/2
   kda::Gate gate;      // default gate, or fla's lower_bound form
   KdaPath path = KdaPath::fused;
@@ -60,6 +60,11 @@ struct KdaOutput {
 struct KdaGrads {
   Tensor dq, dk, dv, df, db, dA_log, ddt_bias, dh0;
 };
+
+// The chunk length kda_forward runs at for q of shape [B, T, H, D] and dtype: cfg.chunk, or
+// for 0 (auto) on the fused path the measured best for the shape (kda::fused_chunk), 64 on
+// the other paths.
+int kda_chunk(const KdaConfig& cfg, const Shape& q_shape, DType dtype);
 
 KdaOutput kda_forward(const KdaInputs& in, const KdaConfig& cfg);
 // dht: optional gradient of the final state [B,H,D,D]. The saved state is released when

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/mixers/kda.h"
+#include "engine/mixers/rwkv6.h"
 #include "engine/model/config.h"
 #include "engine/model/params.h"
 #include "engine/tensor.h"
@@ -36,6 +38,13 @@ struct BlockContext {
   int layer = 0;
   bool training = true;  // false: keep nothing for a backward
 };
+
+// The mixer configuration of the model's blocks (and of the decoder's chunked prefill) on
+// `device`. mixer_path "auto": the fused kernels on CUDA when they take the head dim (KDA 64
+// or 128, RWKV6 a multiple of 64), else the ops path (the CPU, small models on CUDA). chunk 0
+// (auto): KDA takes the mixer's auto choice (mixers::kda_chunk), RWKV6 64.
+mixers::KdaConfig kda_mixer_config(const ModelConfig& cfg, Device device);
+mixers::Rwkv6Config rwkv6_mixer_config(const ModelConfig& cfg, Device device);
 
 // KDA block (fla KDABlock): h = x + attn(attn_norm x); y = h + mlp(mlp_norm h).
 std::vector<ParamSpec> kda_block_specs(const ModelConfig& cfg, int layer);

@@ -33,7 +33,7 @@ struct ModelConfig {
   // How lintrain runs it.
   Precision precision = Precision::fp32;
   std::string mixer_path = "auto";  // auto: fused on CUDA, ops on the CPU; or naive | ops | fused
-  int chunk = 64;                   // mixer chunk length: 16, 32 or 64
+  int chunk = 0;                    // mixer chunk length: 16, 32 or 64; 0: auto (blocks.h)
 
   int64_t intermediate() const;  // intermediate_size, or fla's rule when 0
   double eps() const;            // norm_eps, or fla's default when 0

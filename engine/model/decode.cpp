@@ -10,6 +10,7 @@
 
 #include "engine/mixers/kda.h"
 #include "engine/mixers/rwkv6.h"
+#include "engine/model/blocks.h"
 #include "engine/nn/activation.h"
 #include "engine/nn/cross_entropy.h"
 #include "engine/nn/embedding.h"
@@ -66,24 +67,14 @@ Tensor conv_step(const Tensor& x, const Tensor& conv_weight, Tensor& history) {
   return y;
 }
 
-// The mixer paths of the forward's "auto" (kda_block.cpp, rwkv6_block.cpp) for the chunked
-// prefill: the fused kernels on CUDA when they take the head dim, else the ops path.
+// The forward's mixer configurations (blocks.h), keeping the final state: the chunked prefill.
 mixers::KdaConfig kda_prefill_config(const ModelConfig& cfg, Device device) {
-  mixers::KdaConfig k;
-  k.chunk = cfg.chunk;
-  const bool fused_dim = cfg.head_dim == 64 || cfg.head_dim == 128;
-  if (cfg.mixer_path == "auto") k.path = device.is_cuda() && fused_dim ? mixers::KdaPath::fused : mixers::KdaPath::ops;
-  else k.path = mixers::parse_kda_path(cfg.mixer_path);
+  mixers::KdaConfig k = kda_mixer_config(cfg, device);
   k.output_final_state = true;
   return k;
 }
 mixers::Rwkv6Config rwkv6_prefill_config(const ModelConfig& cfg, Device device) {
-  mixers::Rwkv6Config c;
-  c.chunk = cfg.chunk;
-  c.scale = 1.0;  // fla's RWKV6Attention
-  if (cfg.mixer_path == "auto")
-    c.path = device.is_cuda() && cfg.head_dim % 64 == 0 ? mixers::Rwkv6Path::fused : mixers::Rwkv6Path::ops;
-  else c.path = mixers::parse_rwkv6_path(cfg.mixer_path);
+  mixers::Rwkv6Config c = rwkv6_mixer_config(cfg, device);
   c.output_final_state = true;
   return c;
 }

@@ -64,9 +64,12 @@ Tensor& at(ParamMap& m, const std::string& name) {
   return it->second;
 }
 
-// "auto": the fused kernels on CUDA when they take the head dim (64 or 128), else the ops
-// path (small test and quick-start models on a GPU); the ops path on the CPU.
-mixers::KdaConfig kda_config(const ModelConfig& cfg, Device device) {
+// [C, 1, W] conv weight (fla's layout) as the [C, W] the short conv takes.
+Tensor conv_view(const Tensor& w) { return w.view({w.size(0), w.size(2)}); }
+
+}  // namespace
+
+mixers::KdaConfig kda_mixer_config(const ModelConfig& cfg, Device device) {
   mixers::KdaConfig k;
   k.chunk = cfg.chunk;
   const bool fused_dim = cfg.head_dim == 64 || cfg.head_dim == 128;
@@ -74,11 +77,6 @@ mixers::KdaConfig kda_config(const ModelConfig& cfg, Device device) {
   else k.path = mixers::parse_kda_path(cfg.mixer_path);
   return k;
 }
-
-// [C, 1, W] conv weight (fla's layout) as the [C, W] the short conv takes.
-Tensor conv_view(const Tensor& w) { return w.view({w.size(0), w.size(2)}); }
-
-}  // namespace
 
 std::vector<ParamSpec> kda_block_specs(const ModelConfig& cfg, int /*layer*/) {
   const int64_t d = cfg.hidden_size, H = cfg.num_heads, K = cfg.head_dim;
@@ -143,7 +141,7 @@ Tensor kda_block_forward(const BlockContext& ctx, const ParamMap& w, const Tenso
     in.dt_bias = at(w, "attn.dt_bias");
     {
       StageScope mixer("kda");
-      mixers::KdaOutput out = mixers::kda_forward(in, kda_config(cfg, x.device()));
+      mixers::KdaOutput out = mixers::kda_forward(in, kda_mixer_config(cfg, x.device()));
       s->o = out.o.contiguous();
       if (ctx.training) s->kda = std::move(out.saved);
     }

@@ -78,7 +78,8 @@ void validate(const ModelConfig& c) {
   positive(c.head_dim, "head_dim");
   if (c.intermediate_size < 0) throw std::invalid_argument("model config: intermediate_size must be >= 0");
   if (c.norm_eps < 0) throw std::invalid_argument("model config: norm_eps must be >= 0");
-  if (c.chunk < 1) throw std::invalid_argument("model config: chunk must be >= 1, got " + std::to_string(c.chunk));
+  if (c.chunk < 0)
+    throw std::invalid_argument("model config: chunk must be >= 1 (or 0: auto), got " + std::to_string(c.chunk));
   if (c.mixer_path != "auto" && c.mixer_path != "naive" && c.mixer_path != "ops" && c.mixer_path != "fused")
     throw std::invalid_argument("model config: mixer_path \"" + c.mixer_path +
                                 "\" (expected auto | naive | ops | fused)");
@@ -370,14 +371,21 @@ Tensor Model::next_token_logits(const Tensor& tokens) {
 //   KDA    forward 2 (5 C D + 3 D^2): the two C x C score rows (A_qk, A_kk), W and U rows,
 //          A_qk Delta, and W S, Kbar^T Delta, Q~ S
 //   RWKV6  forward 2 (2 C D + 2 D^2): the score row, A v, and r S, the state update
-double Model::flops_per_token(int64_t seq_len) const {
+int Model::mixer_chunk(int64_t batch, int64_t seq_len) const {
+  const ModelConfig& c = impl_->cfg;
+  if (c.arch != Arch::kda) return rwkv6_mixer_config(c, device()).chunk;
+  const DType act = c.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  return mixers::kda_chunk(kda_mixer_config(c, device()), {batch, seq_len, c.num_heads, c.head_dim}, act);
+}
+
+double Model::flops_per_token(int64_t seq_len, int64_t batch) const {
   const Impl& m = *impl_;
   double gemm = 0.0;
   for (size_t a = 0; a < m.specs.size(); ++a)
     if (m.specs[a].name != "model.embeddings.weight" && is_gemm_weight(m.specs[a]))
       gemm += static_cast<double>(shape_numel(m.specs[a].shape));
   if (m.cfg.tie_embeddings) gemm += static_cast<double>(m.cfg.vocab_size * m.cfg.hidden_size);
-  const double C = static_cast<double>(std::min<int64_t>(m.cfg.chunk, std::max<int64_t>(seq_len, 1)));
+  const double C = static_cast<double>(std::min<int64_t>(mixer_chunk(batch, seq_len), std::max<int64_t>(seq_len, 1)));
   const double D = static_cast<double>(m.cfg.head_dim), H = static_cast<double>(m.cfg.num_heads);
   const double mixer_fwd =
       m.cfg.arch == Arch::kda ? 2.0 * (5.0 * C * D + 3.0 * D * D) : 2.0 * (2.0 * C * D + 2.0 * D * D);

@@ -86,8 +86,12 @@ class Model {
   // Next-token logits after the last position of each row: tokens [B, T] -> [B, V] f32.
   Tensor next_token_logits(const Tensor& tokens);
 
-  // Model FLOPs per token of a training step (forward + backward), for MFU.
-  double flops_per_token(int64_t seq_len) const;
+  // Model FLOPs per token of a training step (forward + backward) on micro-batches of
+  // `batch` rows, for MFU (the batch matters only where the mixer chunk is auto).
+  double flops_per_token(int64_t seq_len, int64_t batch = 1) const;
+  // The chunk length the mixers run at on micro-batches [batch, seq_len] (config chunk, or
+  // its auto choice: blocks.h).
+  int mixer_chunk(int64_t batch, int64_t seq_len) const;
 
   // fla interop: config.json for fla's KDAConfig / RWKV6Config (every default written
   // explicitly), and the parameters / gradients under fla's names.

@@ -96,17 +96,6 @@ void accumulate_sum(Tensor& g, const Tensor& x) {
   ops::add_(g, ops::sum_to(x.dtype() == g.dtype() ? x : x.to(g.dtype()), g.shape()));
 }
 
-// "auto": the fused kernels on CUDA when they take the head dim (a multiple of 64), else
-// the ops path (the CPU, and small test models on CUDA).
-mixers::Rwkv6Config mixer_config(const ModelConfig& cfg, Device device) {
-  mixers::Rwkv6Config c;
-  c.chunk = cfg.chunk;
-  c.scale = 1.0;  // fla's RWKV6Attention
-  if (cfg.mixer_path == "auto")
-    c.path = device.is_cuda() && cfg.head_dim % 64 == 0 ? mixers::Rwkv6Path::fused : mixers::Rwkv6Path::ops;
-  else c.path = mixers::parse_rwkv6_path(cfg.mixer_path);
-  return c;
-}
 
 // 1 - y^2 for y = tanh(x): the derivative of tanh from its output.
 Tensor tanh_grad(const Tensor& dy, const Tensor& y) { return dy * ops::rsub_scalar(ops::square(y), 1.0); }
@@ -114,6 +103,16 @@ Tensor tanh_grad(const Tensor& dy, const Tensor& y) { return dy * ops::rsub_scal
 const char* const kLerpNames[kLerps] = {"r", "w", "k", "v", "g"};
 
 }  // namespace
+
+mixers::Rwkv6Config rwkv6_mixer_config(const ModelConfig& cfg, Device device) {
+  mixers::Rwkv6Config c;
+  c.chunk = cfg.chunk == 0 ? 64 : cfg.chunk;
+  c.scale = 1.0;  // fla's RWKV6Attention
+  if (cfg.mixer_path == "auto")
+    c.path = device.is_cuda() && cfg.head_dim % 64 == 0 ? mixers::Rwkv6Path::fused : mixers::Rwkv6Path::ops;
+  else c.path = mixers::parse_rwkv6_path(cfg.mixer_path);
+  return c;
+}
 
 std::vector<ParamSpec> rwkv6_block_specs(const ModelConfig& cfg, int layer) {
   const int64_t d = cfg.hidden_size, H = cfg.num_heads, K = cfg.head_dim;
@@ -212,7 +211,7 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     in.u = at(w, "attn.bonus");
     {
       StageScope mixer("rwkv6");
-      mixers::Rwkv6Output out = mixers::rwkv6_forward(in, mixer_config(cfg, x.device()));
+      mixers::Rwkv6Output out = mixers::rwkv6_forward(in, rwkv6_mixer_config(cfg, x.device()));
       s->o = out.o.contiguous();
       if (ctx.training) s->mix = std::move(out.saved);
     }

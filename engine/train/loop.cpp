@@ -613,7 +613,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   std::ofstream metrics;
   if (writer) metrics.open(metrics_path, std::ios::app);
   const bool live = writer && ::isatty(::fileno(stderr)) != 0;
-  const double flops_per_token = model->flops_per_token(T);
+  const double flops_per_token = model->flops_per_token(T, B / world);
   const double peak = peak_flops(dev, rc.model.precision);
   const int64_t tokens_per_step = B * T * tc.grad_accum;
   if (!inject.empty()) {
@@ -639,8 +639,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     if (live) std::fprintf(stderr, "\r\033[K");
   };
 
-  spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, out {}", model::arch_name(rc.model.arch),
-               model->num_params(), dev.str(), tc.steps, tokens_per_step, rc.out_dir);
+  spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, mixer chunk {}{}, out {}",
+               model::arch_name(rc.model.arch), model->num_params(), dev.str(), tc.steps, tokens_per_step,
+               model->mixer_chunk(B / world, T), rc.model.chunk == 0 ? " (auto)" : "", rc.out_dir);
   if (job)
     spdlog::info("data parallel: {} ranks ({}), {} rows each; {} gradient buckets, {} reduction{}{}", world,
                  job->comm().backend(), B / world, sync->buckets().size(), rc.dist.reduce_bf16 ? "bf16" : "fp32",

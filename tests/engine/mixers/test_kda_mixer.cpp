@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/mixers/kda.h"
@@ -95,5 +96,57 @@ TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
     CHECK(msg.find("consumed") != std::string::npos);
+  }
+}
+
+TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kda]") {
+  // The table (kernels/kda.h fused_chunk) is a measurement; what holds for every entry: a chunk
+  // the fused path takes, never longer than the sequence needs, and an explicit chunk wins.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int D : {64, 128})
+      for (int64_t bh : {1, 8, 9, 96, 384})
+        for (int64_t T : {1, 15, 16, 17, 32, 33, 64, 65, 512, 16384}) {
+          const int c = fused_chunk(bh, T, D, dt);
+          INFO("bh " << bh << " T " << T << " D " << D << " " << dtype_name(dt) << " -> " << c);
+          CHECK((c == 16 || c == 32 || c == 64));
+          if (T <= 16) CHECK(c == 16);
+          if (T <= 32) CHECK(c <= 32);
+        }
+  mixers::KdaConfig cfg;
+  CHECK(cfg.chunk == 0);  // auto by default
+  const Shape q{2, 512, 12, 64};
+  cfg.path = mixers::KdaPath::fused;
+  CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == fused_chunk(24, 512, 64, DType::bf16));
+  cfg.path = mixers::KdaPath::ops;
+  CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == 64);
+  cfg.chunk = 16;
+  CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == 16);
+
+  // The forward and backward at chunk 0 are the explicit run at the resolved chunk, bit for bit
+  // (fused path on the CPU twins).
+  Case c;
+  c.dims = {1, 40, 2, 64, 0};
+  c.h0 = true;
+  c.dht = true;
+  cfg.chunk = 0;
+  cfg.path = mixers::KdaPath::fused;
+  const int resolved = mixers::kda_chunk(cfg, {1, 40, 2, 64}, DType::f32);
+  Case explicit_c = c;
+  explicit_c.dims.C = resolved;
+  const Data x = make_data(explicit_c, test_seed() + 6);
+  const TensorCase t = to_tensors(explicit_c, x, DType::f32);
+  const Result a = run_mixer(c, t, mixers::KdaPath::fused);
+  const Result b = run_mixer(explicit_c, t, mixers::KdaPath::fused);
+  INFO("resolved chunk " << resolved);
+  using Field = std::vector<double> Result::*;
+  const std::pair<const char*, Field> fields[] = {
+      {"o", &Result::o},    {"ht", &Result::ht},         {"dq", &Result::dq},
+      {"dk", &Result::dk},  {"dv", &Result::dv},         {"df", &Result::df},
+      {"db", &Result::db},  {"dA_log", &Result::dA_log}, {"ddt_bias", &Result::ddt_bias},
+      {"dh0", &Result::dh0}};
+  for (const auto& [name, field] : fields) {
+    INFO(name);
+    CHECK(!(a.*field).empty());
+    CHECK(a.*field == b.*field);
   }
 }
