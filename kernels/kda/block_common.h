@@ -77,8 +77,10 @@ struct Cfg {
   // and 208 prefetch floats a thread (over the 128 of the register prefetch, so each chunk's
   // tiles load on the critical path); 32 columns on 256 threads halve the blocks and the
   // per-thread loads: 5.32 -> 1.45 ms at B2 T16384 H16 (docs/notes-kda.md, "2026-12-01: the
-  // D128 chunk programs").
-  static constexpr bool kWideInter = D_ == 128 && C_ == 64;
+  // D128 chunk programs"). At D = 128, C = 32 (the chunk the engine picks at D = 128) the
+  // wide tile halves the per-chunk tile loads and the A-fragment reads an SM makes
+  // (docs/notes-kda.md, "2026-12-02: the chunk table").
+  static constexpr bool kWideInter = D_ == 128 && C_ >= 32;
   static constexpr int BV = kWideInter ? 32 : 16;
   static constexpr int NV = D / BV;
   static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:

@@ -214,8 +214,9 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   add({1, 70, 1, 64, 64}, true, false, true, DType::f32);    // lower-bound gate, 2 chunks
   add({1, 45, 1, 128, 64}, false, true, false, DType::f32);  // D = 128, one partial chunk
   add({1, 33, 1, 128, 16}, true, true, false, DType::f32);
-  add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);  // bf16 inputs
-  for (size_t i = 0, n = cases.size(); i < n; ++i) {        // and the fp32 CUDA-core scan variant
+  add({1, 70, 1, 128, 32}, true, false, false, DType::bf16);  // D = 128, C = 32: 32-column scan tiles
+  add({1, 40, 2, 64, 32}, true, true, false, DType::bf16);    // bf16 inputs
+  for (size_t i = 0, n = cases.size(); i < n; ++i) {          // and the fp32 CUDA-core scan variant
     Case c = cases[i];
     c.simt = true;
     cases.push_back(c);
