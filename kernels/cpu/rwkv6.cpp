@@ -193,6 +193,22 @@ void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, 
 
 // =======================================================================================
 // 2. CPU twins of the CUDA stages
+namespace {
+// One chunk step of either state scan: S[i][j] <- e^{gamma_i} S[i][j] + sum_r x[r][i] y[r][j].
+template <class F>
+void decay_and_add(const ChunkGates<F>& g, const std::vector<F>& x, const std::vector<F>& y, std::vector<F>& S) {
+  const int64_t C = g.C, D = g.D;
+  for (int64_t i = 0; i < D; ++i) {
+    const F decay = std::exp(g.gamma[i]);
+    for (int64_t j = 0; j < D; ++j) {
+      F acc = 0;
+      for (int64_t r = 0; r < C; ++r) acc += x[r * D + i] * y[r * D + j];
+      S[i * D + j] = decay * S[i * D + j] + acc;
+    }
+  }
+}
+}  // namespace
+
 template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht, Variant var) {
   check_dims(d);
@@ -212,14 +228,7 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
             kd[r * D + i] *= std::exp(g.gamma[i] - g.gi[r * D + i]);
             if (tc) kd[r * D + i] = rb16(kd[r * D + i]), vt[r * D + i] = rb16(vt[r * D + i]);
           }
-        for (int64_t i = 0; i < D; ++i) {
-          const F decay = std::exp(g.gamma[i]);
-          for (int64_t j = 0; j < D; ++j) {
-            F acc = 0;
-            for (int64_t r = 0; r < C; ++r) acc += kd[r * D + i] * vt[r * D + j];
-            S[i * D + j] = decay * S[i * D + j] + acc;
-          }
-        }
+        decay_and_add(g, kd, vt, S);
       }
       if (ht) std::copy(S.begin(), S.end(), ht + (b * d.H + hh) * D * D);
     }
@@ -245,14 +254,7 @@ void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* 
             qe[rr * D + i] *= scale * std::exp(g.ge[rr * D + i]);
             if (tc) qe[rr * D + i] = rb16(qe[rr * D + i]), dot[rr * D + i] = rb16(dot[rr * D + i]);
           }
-        for (int64_t i = 0; i < D; ++i) {
-          const F decay = std::exp(g.gamma[i]);
-          for (int64_t j = 0; j < D; ++j) {
-            F acc = 0;
-            for (int64_t rr = 0; rr < C; ++rr) acc += qe[rr * D + i] * dot[rr * D + j];
-            S[i * D + j] = decay * S[i * D + j] + acc;
-          }
-        }
+        decay_and_add(g, qe, dot, S);
       }
       if (dh0) std::copy(S.begin(), S.end(), dh0 + (b * d.H + hh) * D * D);
     }
@@ -423,6 +425,63 @@ void chunk_store_grads(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t 
     }
 }
 
+// The chunk's four input tiles (r, k, v, dO rows of chunk n of (b, hh); zero past L).
+template <class F>
+void load_bwd_tiles(const Dims& d, const F* r, const F* k, const F* v, const F* dO, int64_t b, int64_t hh, int64_t n,
+                    int64_t L, std::vector<F>& q, std::vector<F>& kk, std::vector<F>& vv, std::vector<F>& dOc) {
+  load_tile(d, r, b, hh, n, L, q);
+  load_tile(d, k, b, hh, n, L, kk);
+  load_tile(d, v, b, hh, n, L, vv);
+  load_tile(d, dO, b, hh, n, L, dOc);
+}
+// dP = scale (dO V^T) . M_<= (C x C, zero above the diagonal).
+template <class F>
+void chunk_dP(int64_t C, int64_t D, F scale, const std::vector<F>& dOc, const std::vector<F>& vv, std::vector<F>& dP) {
+  for (int64_t rr = 0; rr < C; ++rr)
+    for (int64_t s = 0; s < C; ++s) {
+      F acc = 0;
+      if (s <= rr)
+        for (int64_t j = 0; j < D; ++j) acc += dOc[rr * D + j] * vv[s * D + j];
+      dP[rr * C + s] = scale * acc;
+    }
+}
+// The intra part's hand-over between the split backward's two launches: dq'_intra and
+// dk'_intra of the chunk's L valid rows to dq_tmp / dk_tmp, and back (zero past L).
+template <class F>
+void store_intra(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, const std::vector<F>& dqI,
+                 const std::vector<F>& dkI, F* dq_tmp, F* dk_tmp) {
+  for (int64_t rr = 0; rr < L; ++rr)
+    for (int64_t i = 0; i < d.D; ++i) {
+      dq_tmp[tok(d, b, n * d.chunk + rr, hh, i)] = dqI[rr * d.D + i];
+      dk_tmp[tok(d, b, n * d.chunk + rr, hh, i)] = dkI[rr * d.D + i];
+    }
+}
+template <class F>
+void load_intra(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, const F* dq_tmp, const F* dk_tmp,
+                std::vector<F>& dqI, std::vector<F>& dkI) {
+  for (int64_t rr = 0; rr < d.chunk; ++rr)
+    for (int64_t i = 0; i < d.D; ++i) {
+      const bool ok = rr < L;
+      dqI[rr * d.D + i] = ok ? dq_tmp[tok(d, b, n * d.chunk + rr, hh, i)] : F(0);
+      dkI[rr * d.D + i] = ok ? dk_tmp[tok(d, b, n * d.chunk + rr, hh, i)] : F(0);
+    }
+}
+// dV = A^T dO + round(K . e^{gamma - Gi}) Sp for the chunk's L valid rows; `round` is where the
+// tensor-core variant rounds its operand to bf16 (identity for the fp32 variant).
+template <class F, class Round>
+void chunk_dv(const Dims& d, const ChunkGates<F>& g, int64_t b, int64_t hh, int64_t n, const std::vector<F>& A,
+              const std::vector<F>& dOc, const std::vector<F>& kk, const F* Sp, Round round, F* dv) {
+  const int64_t C = d.chunk, D = d.D;
+  for (int64_t s = 0; s < g.L; ++s)
+    for (int64_t j = 0; j < D; ++j) {
+      F acc = 0;
+      for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dOc[rr * D + j];
+      for (int64_t i = 0; i < D; ++i)
+        acc += round(kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i])) * Sp[i * D + j];
+      dv[tok(d, b, n * C + s, hh, j)] = acc;
+    }
+}
+
 template <class F>
 void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
                   const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part) {
@@ -435,22 +494,14 @@ void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F
       for (int64_t n = 0; n < NT; ++n) {
         ChunkGates<F> g(d, w, b, hh, n, Variant::tensor_core);
         const int64_t L = g.L, NB = g.NB;
-        load_tile(d, r, b, hh, n, L, q);
-        load_tile(d, k, b, hh, n, L, kk);
-        load_tile(d, v, b, hh, n, L, vv);
-        load_tile(d, dO, b, hh, n, L, dOc);
+        load_bwd_tiles(d, r, k, v, dO, b, hh, n, L, q, kk, vv, dOc);
         for (auto* x : {&q, &kk, &vv, &dOc})
           for (auto& e : *x) e = rb16(e);
         const F* uh = u + hh * D;
-        // dP = scale (dO V^T) . M_<= in fp32; its strictly lower part rounded is the MMA operand P.
+        // dP in fp32; its strictly lower part rounded is the MMA operand P.
+        chunk_dP(C, D, scale, dOc, vv, dP);
         for (int64_t rr = 0; rr < C; ++rr)
-          for (int64_t s = 0; s < C; ++s) {
-            F acc = 0;
-            if (s <= rr)
-              for (int64_t j = 0; j < D; ++j) acc += dOc[rr * D + j] * vv[s * D + j];
-            dP[rr * C + s] = scale * acc;
-            P[rr * C + s] = s < rr ? rb16(dP[rr * C + s]) : F(0);
-          }
+          for (int64_t s = 0; s < C; ++s) P[rr * C + s] = s < rr ? rb16(dP[rr * C + s]) : F(0);
         TcOperands<F> op(g, q, kk);
         if (intra) {
           // dq' intra, block bi: Horner over column blocks jb < bi on R(k~); the diagonal block
@@ -521,35 +572,21 @@ void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F
                 sq += xI[j * D + i];
               }
             }
-            for (int64_t rr = 0; rr < L; ++rr)
-              for (int64_t i = 0; i < D; ++i) {
-                dq_tmp[tok(d, b, n * C + rr, hh, i)] = dqI[rr * D + i];
-                dk_tmp[tok(d, b, n * C + rr, hh, i)] = dkI[rr * D + i];
-              }
+            store_intra(d, b, hh, n, L, dqI, dkI, dq_tmp, dk_tmp);
             continue;
           }
         } else {
-          for (int64_t rr = 0; rr < C; ++rr)
-            for (int64_t i = 0; i < D; ++i) {
-              const bool ok = rr < L;
-              dqI[rr * D + i] = ok ? dq_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
-              dkI[rr * D + i] = ok ? dk_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
-              xI[rr * D + i] = yI[rr * D + i] = 0;  // dw's intra part is in dw already
-            }
+          load_intra(d, b, hh, n, L, dq_tmp, dk_tmp, dqI, dkI);
+          std::fill(xI.begin(), xI.end(), F(0));  // dw's intra part is in dw already
+          std::fill(yI.begin(), yI.end(), F(0));
         }
         chunk_attention_tc(g, scale, q, kk, uh, op, A);
         const F* S = h + st(d, b, hh, n);
         const F* Sp = dh + st(d, b, hh, n);
         for (int64_t i = 0; i < D * D; ++i) Sr[i] = rb16(S[i]), Spr[i] = rb16(Sp[i]);
         chunk_state_products(C, D, dOc, vv, Sr.data(), Spr.data(), dqS, dkS);
-        for (int64_t s = 0; s < L; ++s)
-          for (int64_t j = 0; j < D; ++j) {
-            F acc = 0;
-            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dOc[rr * D + j];
-            for (int64_t i = 0; i < D; ++i)
-              acc += rb16(kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i])) * Spr[i * D + j];
-            dv[tok(d, b, n * C + s, hh, j)] = acc;
-          }
+        chunk_dv(
+            d, g, b, hh, n, A, dOc, kk, Spr.data(), [](F x) { return rb16(x); }, dv);
         chunk_combine_adjoints(g, scale, S, Sp, kk, dqS, dkS, dqI, dkI, dg, dq, dkk);
         for (int64_t i = 0; i < D; ++i) {
           // dw_j = sum_{r>j} x_r - sum_{r>=j} y_r + dgamma with x = q dq'_inter + x_intra,
@@ -611,19 +648,9 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
       for (int64_t n = 0; n < NT; ++n) {
         ChunkGates<F> g(d, w, b, hh, n);
         const int64_t L = g.L, NB = g.NB;
-        load_tile(d, r, b, hh, n, L, q);
-        load_tile(d, k, b, hh, n, L, kk);
-        load_tile(d, v, b, hh, n, L, vv);
-        load_tile(d, dO, b, hh, n, L, dOc);
+        load_bwd_tiles(d, r, k, v, dO, b, hh, n, L, q, kk, vv, dOc);
         const F* uh = u + hh * D;
-        // dP = scale (dO V^T) . M_<=
-        for (int64_t rr = 0; rr < C; ++rr)
-          for (int64_t s = 0; s < C; ++s) {
-            F acc = 0;
-            if (s <= rr)
-              for (int64_t j = 0; j < D; ++j) acc += dOc[rr * D + j] * vv[s * D + j];
-            dP[rr * C + s] = scale * acc;
-          }
+        chunk_dP(C, D, scale, dOc, vv, dP);
         if (intra) {
           // intra dq', dk': off-diagonal blocks by the Horner recursion over block decays,
           // diagonal blocks elementwise.
@@ -664,20 +691,11 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
             }
           }
           if (part == BackwardPart::intra) {
-            for (int64_t rr = 0; rr < L; ++rr)
-              for (int64_t i = 0; i < D; ++i) {
-                dq_tmp[tok(d, b, n * C + rr, hh, i)] = dqI[rr * D + i];
-                dk_tmp[tok(d, b, n * C + rr, hh, i)] = dkI[rr * D + i];
-              }
+            store_intra(d, b, hh, n, L, dqI, dkI, dq_tmp, dk_tmp);
             continue;
           }
         } else {
-          for (int64_t rr = 0; rr < C; ++rr)
-            for (int64_t i = 0; i < D; ++i) {
-              const bool ok = rr < L;
-              dqI[rr * D + i] = ok ? dq_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
-              dkI[rr * D + i] = ok ? dk_tmp[tok(d, b, n * C + rr, hh, i)] : F(0);
-            }
+          load_intra(d, b, hh, n, L, dq_tmp, dk_tmp, dqI, dkI);
         }
         (void)inter;
         // ---- inter part and the glue
@@ -685,15 +703,8 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
         const F* S = h + st(d, b, hh, n);
         const F* Sp = dh + st(d, b, hh, n);
         chunk_state_products(C, D, dOc, vv, S, Sp, dqS, dkS);
-        // dV = A^T dO + (K . e^{gamma - Gi}) dh[n]
-        for (int64_t s = 0; s < L; ++s)
-          for (int64_t j = 0; j < D; ++j) {
-            F acc = 0;
-            for (int64_t rr = s; rr < C; ++rr) acc += A[rr * C + s] * dOc[rr * D + j];
-            for (int64_t i = 0; i < D; ++i)
-              acc += kk[s * D + i] * std::exp(g.gamma[i] - g.gi[s * D + i]) * Sp[i * D + j];
-            dv[tok(d, b, n * C + s, hh, j)] = acc;
-          }
+        chunk_dv(
+            d, g, b, hh, n, A, dOc, kk, Sp, [](F x) { return x; }, dv);
         chunk_combine_adjoints(g, scale, S, Sp, kk, dqS, dkS, dqI, dkI, dg, dq, dkk);
         for (int64_t i = 0; i < D; ++i) {
           // dw_j = sum_{r>j} q dq' - sum_{r>=j} k dk' + dgamma (reverse scan over rows)
