@@ -170,8 +170,8 @@ int run_step_bench(const StepOptions& o) {
       "kbench step  %s %s  d %lld  layers %lld  heads %lld x %lld  vocab %lld  B %lld T %lld  chunk %d%s  "
       "path %s  (%s, %s)\n",
       o.arch.c_str(), o.precision.c_str(), (long long)o.d, (long long)o.layers, (long long)o.heads,
-      (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, chunk, o.chunk == 0 ? " (auto)" : "", o.path.c_str(),
-      device_description(device).c_str(), today_utc().c_str());
+      (long long)o.head_dim, (long long)o.vocab, (long long)o.B, (long long)o.T, chunk, o.chunk == 0 ? " (auto)" : "",
+      o.path.c_str(), device_description(device).c_str(), today_utc().c_str());
   std::printf("  parameters %.2fM   loss after %lld steps %.5f\n", static_cast<double>(m.num_params()) / 1e6,
               (long long)t, loss_now);
   std::printf("  ms/step median %.3f  p10 %.3f  p90 %.3f   (%d steps after %d warm-up)\n", tt.median_ms, tt.p10_ms,
@@ -247,9 +247,11 @@ int run_model_dump(const StepOptions& o) {
   io::write_safetensors(dir + "batch.safetensors", {{"tokens", tokens}, {"targets", targets}});
   std::vector<io::NamedTensor> grads = m.named_grads();
   grads.push_back({"loss", loss});
-  io::write_safetensors(
-      dir + "grads.safetensors", grads,
-      {{"device", dev.str()}, {"dtype", o.dtype}, {"path", o.path}, {"chunk", std::to_string(m.mixer_chunk(o.B, o.T))}});
+  io::write_safetensors(dir + "grads.safetensors", grads,
+                        {{"device", dev.str()},
+                         {"dtype", o.dtype},
+                         {"path", o.path},
+                         {"chunk", std::to_string(m.mixer_chunk(o.B, o.T))}});
   std::printf("kbench model-dump: %s %s on %s, B %lld T %lld, loss %.8f -> %s\n", o.arch.c_str(), o.dtype.c_str(),
               dev.str().c_str(), (long long)o.B, (long long)o.T, loss.item(), o.out_dir.c_str());
   return 0;

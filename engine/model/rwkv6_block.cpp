@@ -96,7 +96,6 @@ void accumulate_sum(Tensor& g, const Tensor& x) {
   ops::add_(g, ops::sum_to(x.dtype() == g.dtype() ? x : x.to(g.dtype()), g.shape()));
 }
 
-
 // 1 - y^2 for y = tanh(x): the derivative of tanh from its output.
 Tensor tanh_grad(const Tensor& dy, const Tensor& y) { return dy * ops::rsub_scalar(ops::square(y), 1.0); }
 
