@@ -374,8 +374,7 @@ Tensor Model::next_token_logits(const Tensor& tokens) {
 int Model::mixer_chunk(int64_t batch, int64_t seq_len) const {
   const ModelConfig& c = impl_->cfg;
   if (c.arch != Arch::kda) return rwkv6_mixer_config(c, device()).chunk;
-  const DType act = c.precision == Precision::bf16 ? DType::bf16 : DType::f32;
-  return mixers::kda_chunk(kda_mixer_config(c, device()), {batch, seq_len, c.num_heads, c.head_dim}, act);
+  return mixers::kda_chunk(kda_mixer_config(c, device()), {batch, seq_len, c.num_heads, c.head_dim}, impl_->act_dtype);
 }
 
 double Model::flops_per_token(int64_t seq_len, int64_t batch) const {
