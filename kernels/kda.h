@@ -103,6 +103,14 @@ struct FusedArgs {
   // (inter_adjoint_split); the CPU twin takes 0 as 1. CUDA below compute capability 9.0
   // (no clusters): always 1.
   int scan_split = 0;
+  // Which launch forms the backward products that do not need the adjoint state S'
+  // (Delta = U - W S, X_q = dO S^T, X_w = dDelta S^T; S = h[n]):
+  //   1 (full scan)  the inter adjoint forms all seven products a row block;
+  //   2 (lean scan)  aqk_dO forms Delta and the intra adjoint X_q and X_w, on every SM, at the
+  //                  price of reading h[n] twice more from memory; the scan keeps four.
+  // 0: chosen (lean_scan_pick): 2 where the scan runs split over V or on at most a quarter of
+  // the SMs, else 1; the CPU twin takes 0 as 1 unless scan_split > 1. A split scan is always lean.
+  int lean_scan = 0;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]
   const void* k = nullptr;
@@ -152,15 +160,18 @@ struct ForwardWorkspace {
 };
 
 // Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardPart below).
-// Each output of the inter adjoint may be the same buffer as the saved input of the same
-// type and shape written beside it, and the engine passes exactly that (so one forward's
-// tiles serve one backward, and the backward allocates no tile): the inter adjoint reads a
-// chunk's rows of W, U, sQ, Kbar and AqkT_dO before it writes that chunk's rows of X_w,
-// Delta, X_q, X_k and dDelta. Delta and X_k (= Delta S'^T) feed every gate gradient; they
-// are fp32 because in bf16 they are the two largest sources of error in dA_log, a per-head
-// sum of cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32 Kbar / X_k tile is
-// paid for by splitting the backward: Aqk is dead after aqk_dO, so the engine frees it before
-// it allocates the gradients (memory-neutral at C = D = 64).
+// Each output tile may be the same buffer as the saved input of the same type and shape
+// written beside it, and the engine passes exactly that (so one forward's tiles serve one
+// backward, and the backward allocates no tile): a launch reads a chunk's rows of an input
+// before it writes that chunk's rows of the output over it, and no later launch reads the
+// input. S = h[n] (the saved trajectory). The full scan (FusedArgs::lean_scan 1): the inter
+// adjoint forms Delta, dDelta, X_q, X_w and X_k. The lean scan (2): aqk_dO forms Delta over
+// U, the inter adjoint dDelta over AqkT_dO and X_k over Kbar, and the intra adjoint X_q and
+// X_w over sQ and W (which the scan still reads). Delta and X_k (= Delta S'^T) feed every
+// gate gradient; they are fp32 because in bf16 they are the two largest sources of error in
+// dA_log, a per-head sum of cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32
+// Kbar / X_k tile is paid for by splitting the backward: Aqk is dead after aqk_dO, so the
+// engine frees it before it allocates the gradients (memory-neutral at C = D = 64).
 struct BackwardWorkspace {
   // the forward's saved tiles (ForwardWorkspace)
   const void* Aqk = nullptr;     // [B, H, Tp, C] dtype  read by aqk_dO only (null for adjoints)
@@ -169,15 +180,15 @@ struct BackwardWorkspace {
   const void* sQ = nullptr;      // [B, H, Tp, D] dtype  scale Q~
   const float* Kbar = nullptr;   // [B, H, Tp, D] fp32
   const float* gamma = nullptr;  // [B, H, NT, D] fp32
-  // aqk_dO -> inter adjoint
-  void* AqkT_dO = nullptr;  // [B, H, Tp, D] dtype  A_qk^T dO
-  // inter adjoint -> intra adjoint; last column: the input buffer each may alias
-  void* Xw = nullptr;         // [B, H, Tp, D] dtype  X_w = dDelta S^T       W
-  float* Delta = nullptr;     // [B, H, Tp, D] fp32   Delta = U - W S        U
-  void* Xq = nullptr;         // [B, H, Tp, D] dtype  X_q = dO S^T           sQ
-  float* Xk = nullptr;        // [B, H, Tp, D] fp32   X_k = Delta S'^T       Kbar
-  void* dDelta = nullptr;     // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    AqkT_dO
-  float* dgamma_s = nullptr;  // [B, H, NT, D] fp32   e^gamma sum_v S * S'
+  // formed tiles; last columns: the launch that writes it (full scan / lean scan), the input
+  // buffer it may alias
+  void* AqkT_dO = nullptr;    // [B, H, Tp, D] dtype  A_qk^T dO              aqk_dO
+  float* Delta = nullptr;     // [B, H, Tp, D] fp32   Delta = U - W S        inter adj / aqk_dO     U
+  void* dDelta = nullptr;     // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    inter adjoint          AqkT_dO
+  float* Xk = nullptr;        // [B, H, Tp, D] fp32   X_k = Delta S'^T       inter adjoint          Kbar
+  float* dgamma_s = nullptr;  // [B, H, NT, D] fp32   e^gamma sum_v S * S'   inter adjoint
+  void* Xq = nullptr;         // [B, H, Tp, D] dtype  X_q = dO S^T           inter adj / intra adj  sQ
+  void* Xw = nullptr;         // [B, H, Tp, D] dtype  X_w = dDelta S^T       inter adj / intra adj  W
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk over that chunk's rows of
   // Xq / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
@@ -199,6 +210,12 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 // shorter than a single block's, and 32 four-block clusters take two waves), and 2 is slower
 // than 1 there too (11.2 ms; the D128 split-2 program spills), so 2 is never picked.
 int inter_adjoint_split(int64_t bh, int sms);
+// FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
+// 2 (lean) when split > 1 or 4 * B*H <= sms, else 1. Measured on the H200 (bf16, the engine's
+// chunk; docs/notes-kda.md, "2026-12-02: three products off the backward scan"): lean is
+// faster at B*H = 8 (25.3 -> 22.9 ms at T32768 D128) and 32 (22.0 -> 21.3 ms at T16384 D128),
+// slower at 96 (D64: 0.608 -> 0.630 ms at T512) and 128 (D128: 6.77 -> 7.66 ms at T2048).
+int lean_scan_pick(int64_t bh, int sms, int split);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
 // bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table

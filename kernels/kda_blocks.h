@@ -31,19 +31,24 @@
 //                                     S <- e^gamma S + Kbar^T Delta
 //   aqk_dO     (bwd)  grid NT*B*H   : AqkT_dO = A_qk^T dO from the saved Aqk (the forward's
 //                                     W, U, scale Q~, Kbar and gamma are reused as saved:
-//                                     the backward recomputes no intra-chunk product)
+//                                     the backward recomputes no intra-chunk product);
+//                                     lean scan: also Delta = U - W S, S = h[n] (over U)
 //   inter_adjoint     grid B*H      : reverse over chunks with S' (dS after the chunk):
-//                                     Delta = U - W S, dDelta = A_qk^T dO + Kbar S',
-//                                     X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T,
-//                                     dgamma_s = e^gamma sum_v S S',
+//                                     Delta = U - W S (full scan), dDelta = A_qk^T dO + Kbar S',
+//                                     X_q = dO S^T, X_w = dDelta S^T (full scan),
+//                                     X_k = Delta S'^T, dgamma_s = e^gamma sum_v S S',
 //                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
-//                                     (in place over the saved tiles; no dS trajectory)
+//                                     (in place over the saved tiles; no dS trajectory).
+//                                     The lean scan (FusedArgs::lean_scan, picked where the
+//                                     scan runs on few SMs) forms only the products that
+//                                     need S', the chunk-parallel launches the other three
 //                     or grid NV*B*H: clusters of NV = 2 or 4 blocks per (b, h) (4 where
 //                                     B*H is small: kda.h inter_adjoint_split), each owning
-//                                     D/NV state columns (Delta, dDelta, S') and D/NV K rows
-//                                     (X_*, dgamma_s), exchanging columns through DSMEM
+//                                     D/NV state columns (dDelta, S') and D/NV K rows
+//                                     (X_k, dgamma_s), exchanging columns through DSMEM
 //                                     (inter_adjoint_split_program; FusedArgs::scan_split)
-//   intra_adjoint     grid NT*B*H   : everything chunk-local: dA_qk = dO Delta^T, dTm,
+//   intra_adjoint     grid NT*B*H   : everything chunk-local: (lean scan: X_q = dO S^T,
+//                                     X_w = dDelta S^T over sQ, W), dA_qk = dO Delta^T, dTm,
 //                                     dA = -Tm^T dTm Tm^T, dV, dbeta, the P adjoints, the
 //                                     chunk-decay terms, reverse cumsum, gate / L2 / sigmoid
 //                                     backward, and dA_log / ddt_bias by a deterministic

@@ -287,6 +287,7 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
 }
 
 int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
+int lean_scan_pick(int64_t bh, int sms, int split) { return split > 1 || 4 * bh <= sms ? 2 : 1; }
 
 // Measured on the H200 (2026-12-02, kbench kda fwd+bwd at chunk 16 / 32 / 64, configs/
 // bench-kda-chunks.json; figures in docs/BENCHMARKS.md, "KDA chunk table"):
@@ -328,6 +329,9 @@ void check_common(const FusedArgs& a) {
   if (!a.h) fail("missing state trajectory h");
   if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
     fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
+  if (a.lean_scan != 0 && a.lean_scan != 1 && a.lean_scan != 2)
+    fail("lean_scan must be 0, 1 or 2, got " + std::to_string(a.lean_scan));
+  if (a.lean_scan == 1 && a.scan_split > 1) fail("a split scan is always lean (lean_scan 1 with scan_split > 1)");
 }
 
 }  // namespace
@@ -355,6 +359,8 @@ void check_workspace(const BackwardWorkspace& ws, BackwardPart part) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
   if (part != BackwardPart::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
+  if (part != BackwardPart::adjoints && (!ws.W || !ws.U || !ws.Delta))
+    fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
   if (part != BackwardPart::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
     fail("saved tile missing (W, U, sQ, Kbar or gamma)");
   if (part != BackwardPart::aqk_dO &&
@@ -559,9 +565,12 @@ void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws) {
   });
 }
 
-void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
-  check_fused_args(a, part);
+void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, BackwardPart part) {
+  check_fused_args(args, part);
   check_workspace(ws, part);
+  FusedArgs a = args;  // lean_scan resolved: 0 is 1 on the CPU, and a split scan is lean
+  if (a.scan_split > 1) a.lean_scan = 2;
+  else if (a.lean_scan == 0) a.lean_scan = 1;
   blocks::dispatch_config(a.dims, a.dtype, [&]<class G, class T>() {
     if (a.tensor_cores) twin_backward<G, T, true>(a, ws, part);
     else twin_backward<G, T, false>(a, ws, part);

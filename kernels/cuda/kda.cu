@@ -193,18 +193,43 @@ int scan_split(const FusedArgs& a) {
   return inter_adjoint_split(a.dims.B * a.dims.H, sms);
 }
 
+// FusedArgs::lean_scan for a scan split `nv`: 2 when nv > 1 (a split scan is always lean);
+// else FusedArgs::lean_scan; else the environment variable LINTRAIN_KDA_LEAN_SCAN = 1 or 2
+// (read once per process; same-binary comparisons in kbench); else chosen from B*H and the SM
+// count (lean_scan_pick).
+int lean_scan(const FusedArgs& a, int nv) {
+  if (nv > 1) return 2;
+  if (a.lean_scan != 0) return a.lean_scan;
+  static const int forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_LEAN_SCAN");
+    const std::string v = e ? e : "";
+    if (v.empty()) return 0;
+    if (v != "1" && v != "2") throw std::invalid_argument("LINTRAIN_KDA_LEAN_SCAN must be 1 or 2, got '" + v + "'");
+    return std::stoi(v);
+  }();
+  if (forced != 0) return forced;
+  int dev = 0, sms = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&dev));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return lean_scan_pick(a.dims.B * a.dims.H, sms, nv);
+}
+
 template <class G, class T, bool kTC>
-void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
-  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
+  const int64_t NT = args.dims.NT(), BH = args.dims.B * args.dims.H;
+  const int nv = scan_split(args);
+  FusedArgs a = args;
+  a.lean_scan = lean_scan(args, nv);  // the same for both parts of a split backward
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   auto* kda_bwd_inter_adjoint = &kda_inter_adjoint_kernel<G, T, kTC>;
   using GA = typename G::Adj;
   auto* kda_bwd_intra_adjoint = &kda_intra_adjoint_kernel<GA, T, kTC>;
-  const size_t smem_aq = G::kAqkFloats * sizeof(float);
+  const size_t smem_aq = (a.lean_scan == 2 ? G::kAqkFloats : G::kAqkFloatsFull) * sizeof(float);
+  const size_t smem_aq_max = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
   const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
   static const bool once = [&] {
-    allow_smem(kda_bwd_aqk_dO, smem_aq);
+    allow_smem(kda_bwd_aqk_dO, smem_aq_max);
     allow_smem(kda_bwd_inter_adjoint, smem_adj);
     allow_smem(kda_bwd_intra_adjoint, smem_ia);
     return true;
@@ -217,7 +242,6 @@ void launch_backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream
   if (part == BackwardPart::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
-    const int nv = scan_split(a);
     if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
     else if (nv == 2) launch_inter_adjoint_split<G, T, kTC, 2>(a, ws, s);
     else LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);

@@ -1,5 +1,5 @@
-// KDA aqk_dO (backward, first launch, chunk-parallel, grid NT*B*H): AqkT_dO = A_qk^T dO
-// (overview: kernels/kda_blocks.h).
+// KDA aqk_dO (backward, first launch, chunk-parallel, grid NT*B*H): AqkT_dO = A_qk^T dO and
+// Delta = U - W h[n] (overview: kernels/kda_blocks.h).
 #pragma once
 
 #include "kernels/kda/block_common.h"
@@ -7,18 +7,32 @@
 namespace lt::kda::KDA_BLOCKS_NS {
 
 // ======================================================================================
-// aqk_dO (backward, first launch): AqkT_dO = A_qk^T dO from the forward's saved A_qk; also zeroes
-// the intra adjoint's per-head counters. Shared: A_qk [C][LC] and one dO slice [C][LS].
+// aqk_dO (backward, first launch): AqkT_dO = A_qk^T dO from the forward's saved A_qk, and for
+// the lean scan (FusedArgs::lean_scan == 2)
+// Delta = U - W S with S = h[n] the saved state before the chunk (written over U: this block
+// reads the chunk's rows of U before it writes them, and no other block touches them). Delta
+// does not depend on the adjoint state, so the reverse scan reads it instead of forming it
+// (docs/notes-kda.md, "2026-12-02: three products off the backward scan"). Also zeroes the
+// intra adjoint's per-head counters.
+// Shared: A_qk [C][LC], a dO slice [C][LS] (kAqkFloatsFull); lean: also a U slice [C][LS],
+// W [C][LDA] (loaded once) and the V slice of h[n] [D][KS + 8] (row stride 8 mod 32: the
+// (k = t, n = g) B-fragment reads are conflict-free) (kAqkFloats). One pass a V slice: both
+// products, two barriers.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
 KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
                             float* smem) {
   const Dims& dm = a.dims;
-  constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
+  constexpr int C = G::C, D = G::D, KS = G::KS, LS = G::LS, LC = G::LC, LDA = G::LDA, LH = G::kAqkLH;
+  constexpr int NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
-  float* Aq = smem;         // [C][LC] A_qk
-  float* dOs = Aq + G::CC;  // [C][LS] dO slice (0 on rows >= L)
+  const bool lean = a.lean_scan == 2;  // block-uniform
+  float* Aq = smem;                    // [C][LC] A_qk
+  float* dOs = Aq + G::CC;             // [C][LS] dO slice (0 on rows >= L)
+  float* Us = dOs + G::SLICE;          // [C][LS] U slice
+  float* Ws = Us + G::SLICE;           // [C][LDA] W
+  float* Hs = Ws + C * LDA;            // [D][LH] h[n][k][v0 + j] at k LH + j
   if (bh == 0 && n == 0)
     for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
   const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
@@ -27,15 +41,36 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
     const int e = blk.tid() + m * NTHR;
     Aq[(e / C) * LC + e % C] = ld(aqk, e);
   }
+  for (int e = blk.tid(); lean && e < C * D / 2; e += NTHR) {  // columns c, c + 1 per thread
+    const int r = e / (D / 2), c = 2 * (e % (D / 2));
+    float v0, v1;
+    ld2(static_cast<const T*>(ws.W), cp.ws(dm, r, c), v0, v1);
+    sts2(Ws + r * LDA + c, v0, v1);
+  }
+  const float* hn = a.h + (bh * cp.NT + n) * D * D;
   auto zero = [](int, int) { return 0.0f; };
   for (int vs = 0; vs < G::NKS; ++vs) {
     const int v0 = vs * KS;
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, dOs);
-    blk.sync();  // (first pass: also orders the A_qk loads)
+    if (lean) load_ws_slice<G>(blk, dm, cp, ws.U, v0, Us);
+    for (int e = blk.tid(); lean && e < D * KS / 2; e += NTHR) {  // columns j, j + 1 per thread
+      const int k = e / (KS / 2), j = 2 * (e % (KS / 2));
+      float h0, h1;
+      ld2(hn, k * D + v0 + j, h0, h1);
+      sts2(Hs + k * LH + j, h0, h1);
+    }
+    blk.sync();  // (first pass: also orders the A_qk and W loads)
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int m) { return Aq[m * LC + r]; }, [&](int m, int c) { return dOs[m * LS + c]; },
         zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.AqkT_dO), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
         KFromRow());
+    // Delta = U - W S on columns [v0, v0 + KS): over U (this slice of U is in Us by now)
+    if (lean)
+      block_product<kTC, kSplit, NTHR>(
+          blk, C, KS, D, [&](int r, int k) { return -Ws[r * LDA + k]; }, [&](int k, int j) { return Hs[k * LH + j]; },
+          [&](int r, int j) { return Us[r * LS + j]; },
+          Overload{[&](int r, int j, float v) { st(ws.Delta, cp.ws(dm, r, v0 + j), v); },
+                   [&](int r, int j, float d0, float d1) { st2(ws.Delta, cp.ws(dm, r, v0 + j), d0, d1); }});
     blk.sync();
   }
 }

@@ -108,7 +108,9 @@ struct Cfg {
 
   // shared memory, in floats
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
-  static constexpr int kAqkFloats = CC + SLICE;
+  static constexpr int kAqkLH = KS + 8;                                     // row stride of aqk_dO's h[n] slice
+  static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
+  static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide

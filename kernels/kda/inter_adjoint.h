@@ -8,7 +8,9 @@ namespace lt::kda::KDA_BLOCKS_NS {
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
-// kTC: products on tensor cores; else fp32 CUDA cores.
+// kTC: products on tensor cores; else fp32 CUDA cores. a.lean_scan == 2 (lean): Delta comes
+// from aqk_dO and X_q, X_w are left to the intra adjoint (FusedArgs::lean_scan), so a row
+// block forms dDelta, X_k and the S' update only; S = h[n] is then read by dgamma_s alone.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
 KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem) {
@@ -35,15 +37,17 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
-  float* S = smem;           // [D][LD]  h[n]
-  float* Sp = S + D * LD;    // [D][LD]  S' = dL/dS after chunk n
-  float* Wr = Sp + D * LD;   // [RB][LD] W rows
-  float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
-  float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;  // [RB][LD] U -> Delta
-  float* Or = Ur + RB * LD;  // [RB][LD] dO
-  float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta
-  float* eg = Dr + RB * LD;  // [D]
+  const bool lean = a.lean_scan == 2;        // block-uniform
+  const float* Ug = lean ? ws.Delta : ws.U;  // the rows loaded into Ur
+  float* S = smem;                           // [D][LD]  h[n]
+  float* Sp = S + D * LD;                    // [D][LD]  S' = dL/dS after chunk n
+  float* Wr = Sp + D * LD;                   // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;                  // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;                  // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;                  // [RB][LD] U -> Delta (lean: Delta)
+  float* Or = Ur + RB * LD;                  // [RB][LD] dO
+  float* Dr = Or + RB * LD;                  // [RB][LD] A_qk^T dO -> dDelta
+  float* eg = Dr + RB * LD;                  // [D]
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -92,7 +96,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
       ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
       ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
-      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      ld2(Ug, gi, pU[2 * m], pU[2 * m + 1]);
       ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
       pO[2 * m] = pO[2 * m + 1] = 0.0f;
       if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
@@ -132,13 +136,14 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         fetch_state(n - 1);
       }
       blk.sync();  // also orders the S / eg stores above
-      // Delta = U - W S, dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
+      // Delta = U - W S (not lean), dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
       if constexpr (kTC) {
         const int ti = warp * TPW, m0 = (ti / TN) * 16, n0 = (ti % TN) * 8;  // tiles (m0, n0 + 8 w), w < TPW
         float p[4 * TPW] = {}, q[4 * TPW] = {};
-        mma_acc_block<kSplit, 1, TPW>(
-            blk, p, D, [&](int, int r, int k) { return Wr[(m0 + r) * LD + k]; },
-            [&](int w, int k, int c) { return S[k * LD + n0 + 8 * w + c]; });
+        if (!lean)
+          mma_acc_block<kSplit, 1, TPW>(
+              blk, p, D, [&](int, int r, int k) { return Wr[(m0 + r) * LD + k]; },
+              [&](int w, int k, int c) { return S[k * LD + n0 + 8 * w + c]; });
         mma_acc_block<kSplit, 1, TPW>(
             blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
             [&](int w, int k, int c) { return Sp[k * LD + n0 + 8 * w + c]; });
@@ -157,7 +162,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
               Ur[r * LD + j + u] = dl[u];
               Dr[r * LD + j + u] = dd[u];
             }
-            st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);
+            if (!lean) st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);  // (lean: p = 0, Ur unchanged)
             st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
           }
         }
@@ -166,26 +171,27 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
           const int r = e / D, j = e % D;
           float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
           for (int i = 0; i < D; ++i) {
-            dl -= Wr[r * LD + i] * S[i * LD + j];
+            if (!lean) dl -= Wr[r * LD + i] * S[i * LD + j];
             dd += Kr[r * LD + i] * Sp[i * LD + j];
           }
           Ur[r * LD + j] = dl;
           Dr[r * LD + j] = dd;
           const int64_t gi = (row0 + r) * D + j;
-          st(ws.Delta, gi, dl);
+          if (!lean) st(ws.Delta, gi, dl);
           st(static_cast<T*>(ws.dDelta), gi, dd);
         }
       }
       blk.sync();
-      // X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T  (element (r, i));
+      // X_q = dO S^T, X_w = dDelta S^T (not lean), X_k = Delta S'^T  (element (r, i));
       // S' accumulator += scale Q~^T dO - W^T dDelta over the block's rows
       if constexpr (kTC) {
         if (warp < NXW) {  // X tiles (r0, n0 + 8u), u < XN: rows of dO / dDelta / Delta
           const int xt = warp * XN, r0 = (xt / TN) * 16, n0 = (xt % TN) * 8;
           float xqw[2 * XN * 4] = {}, xk[XN * 4] = {};  // [X_q | X_w][u][e], [u][e]
-          mma_acc_block<kSplit, 2, XN>(
-              blk, xqw, D, [&](int i, int r, int k) { return (i == 0 ? Or : Dr)[(r0 + r) * LD + k]; },
-              [&](int u, int k, int c) { return S[(n0 + 8 * u + c) * LD + k]; });
+          if (!lean)
+            mma_acc_block<kSplit, 2, XN>(
+                blk, xqw, D, [&](int i, int r, int k) { return (i == 0 ? Or : Dr)[(r0 + r) * LD + k]; },
+                [&](int u, int k, int c) { return S[(n0 + 8 * u + c) * LD + k]; });
           mma_acc_block<kSplit, 1, XN>(
               blk, xk, D, [&](int, int r, int k) { return Ur[(r0 + r) * LD + k]; },
               [&](int u, int k, int c) { return Sp[(n0 + 8 * u + c) * LD + k]; });
@@ -198,8 +204,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
               int r, c;
               frag_rc(lane, e, r, c);
               const int64_t gi = (row0 + r0 + r) * D + n0 + 8 * u + c;
-              st2(static_cast<T*>(ws.Xq), gi, xq[e], xq[e + 1]);
-              st2(static_cast<T*>(ws.Xw), gi, xw[e], xw[e + 1]);
+              if (!lean) {
+                st2(static_cast<T*>(ws.Xq), gi, xq[e], xq[e + 1]);
+                st2(static_cast<T*>(ws.Xw), gi, xw[e], xw[e + 1]);
+              }
               st2(ws.Xk, gi, xk[4 * u + e], xk[4 * u + e + 1]);
             }
           }
@@ -218,14 +226,18 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
           const int r = e / D, i = e % D;
           float xq = 0.0f, xw = 0.0f, xk = 0.0f;
           for (int j = 0; j < D; ++j) {
-            const float sv = S[i * LD + j];
-            xq += Or[r * LD + j] * sv;
-            xw += Dr[r * LD + j] * sv;
+            if (!lean) {
+              const float sv = S[i * LD + j];
+              xq += Or[r * LD + j] * sv;
+              xw += Dr[r * LD + j] * sv;
+            }
             xk += Ur[r * LD + j] * Sp[i * LD + j];
           }
           const int64_t gi = (row0 + r) * D + i;
-          st(static_cast<T*>(ws.Xq), gi, xq);
-          st(static_cast<T*>(ws.Xw), gi, xw);
+          if (!lean) {
+            st(static_cast<T*>(ws.Xq), gi, xq);
+            st(static_cast<T*>(ws.Xw), gi, xw);
+          }
           st(ws.Xk, gi, xk);
         }
         KDA_UNROLL
@@ -281,21 +293,23 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 // ======================================================================================
 // inter adjoint split over V (backward, reverse scan): a cluster of NV blocks per (b, h)
 // ======================================================================================
-// The scan's state columns are independent (column j of S and S' depends only on column j of
-// U, A_qk^T dO and dO), so block t of the cluster owns the columns [t VT, (t+1) VT) of S' and
-// computes there Delta, dDelta and the S' update. The outputs that sum over v are rows of
-// the transposed products: block t also owns the K rows [t VT, (t+1) VT) and computes X_q,
-// X_w, X_k and dgamma_s for them over the full V width, from
-//   S     rows and columns it needs, loaded from the saved trajectory h[n];
+// The scan's state columns are independent (column j of S' depends only on column j of
+// A_qk^T dO and dO), so block t of the cluster owns the columns [t VT, (t+1) VT) of S' and
+// computes there dDelta and the S' update. The outputs that sum over v are rows of the
+// transposed products: block t also owns the K rows [t VT, (t+1) VT) and computes X_k and
+// dgamma_s for them over the full V width, from
+//   S     its own rows, loaded from the saved trajectory h[n] (dgamma_s only);
 //   S'    a full copy per block: after each chunk's update every block gathers the other
 //         blocks' columns from their shared memory (DSMEM);
-//   Delta, dDelta of the row block: gathered likewise after each row block's phase A.
+//   Delta the full rows, from global memory (aqk_dO formed it);
+//   dDelta of the row block: gathered likewise after each row block's phase A.
 // No partial sums: every output element is computed by one block, with the same operands in
 // the same order as the single-block program, so the results are bit-identical to it.
-// Per row block: prefetched rows -> sync -> A (Delta, dDelta: own columns) -> cluster sync
-// -> gather -> sync -> B (X: own rows; S' accumulator: own columns) -> cluster sync (the
-// peers' gathers of this block's Delta / dDelta done; every block's reads of the saved
-// rows done, so X may go over W / sQ / Kbar). Blk provides cluster_sync() (barrier of all
+// Per row block: prefetched rows -> sync -> A (dDelta: own columns) -> cluster sync ->
+// gather -> sync -> B (X_k: own rows; S' accumulator: own columns) -> cluster sync (the
+// peers' gathers of this block's dDelta done; every block's reads of the saved rows done,
+// so X_k may go over Kbar). The split scan is always lean (FusedArgs::lean_scan: Delta from
+// aqk_dO, X_q and X_w from the intra adjoint). Blk provides cluster_sync() (barrier of all
 // the cluster's threads, with release / acquire of their shared-memory writes) and
 // peer(p, rank) (the address of p in block `rank`'s shared memory).
 template <class G, int NV_>
@@ -308,7 +322,7 @@ struct SplitCfg {
   static constexpr int MT = RB / 16, TNV = VT / 8;
   static constexpr int NACC_T = (D / 16) * TNV / NW;           // S' tiles a warp holds (tensor cores)
   static constexpr int NACC_S = D * VT / NTHR;                 // S' elements a thread holds (CUDA cores)
-  static constexpr int MS = D * VT / (2 * NTHR);               // state pairs a thread loads per region
+  static constexpr int MS = D * VT / (2 * NTHR);               // state pairs a thread loads (own rows)
   static constexpr int MR = RB * D / (2 * NTHR);               // full-width row pairs a thread loads
   static constexpr int MRV = (RB * VT / 2 + NTHR - 1) / NTHR;  // own-column row pairs (guarded)
   static_assert(NV == 2 || NV == 4);
@@ -328,12 +342,12 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const int c0 = vt * VT;  // own columns [c0, c0 + VT) and own K rows [c0, c0 + VT)
   const T* dO = static_cast<const T*>(a.dO);
-  float* S = smem;           // [D][LD]  h[n]: own columns (all rows) and own rows (all columns)
+  float* S = smem;           // [D][LD]  h[n]: own rows (all columns)
   float* Sp = S + D * LD;    // [D][LD]  S' (all columns; own columns computed here)
   float* Wr = Sp + D * LD;   // [RB][LD] W rows
   float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
   float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;  // [RB][LD] U -> Delta (own columns; the rest gathered)
+  float* Ur = Kr + RB * LD;  // [RB][LD] Delta rows (formed by aqk_dO)
   float* Or = Ur + RB * LD;  // [RB][LD] dO
   float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta (own columns; the rest gathered)
   float* eg = Dr + RB * LD;  // [D]
@@ -349,14 +363,14 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
 
   // Register prefetch one step ahead, as in the single-block program.
   constexpr int MS = SC::MS, MR = SC::MR, MRV = SC::MRV;
-  float pSc[2 * MS], pSr[2 * MS], pW[2 * MR], pQ[2 * MR], pK[2 * MR], pO[2 * MR], pU[2 * MRV], pD[2 * MRV];
+  float pSr[2 * MS], pW[2 * MR], pQ[2 * MR], pK[2 * MR], pO[2 * MR], pU[2 * MR],
+      pD[2 * MRV] = {};  // (guarded loops: zero where unused)
   float pE = 0.0f;
-  auto fetch_state = [&](int64_t n) {  // own columns and own rows of h[n]; gamma[n]
+  auto fetch_state = [&](int64_t n) {  // own rows of h[n]; gamma[n]
     const float* hn = a.h + (bh * NT + n) * D * D;
     KDA_UNROLL
     for (int m = 0; m < MS; ++m) {
       const int e = 2 * (tid + m * NT_);
-      ld2(hn, (e / VT) * D + c0 + e % VT, pSc[2 * m], pSc[2 * m + 1]);
       ld2(hn, c0 * D + e, pSr[2 * m], pSr[2 * m + 1]);
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
@@ -372,6 +386,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
       ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
       ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
+      ld2(ws.Delta, gi, pU[2 * m], pU[2 * m + 1]);
       pO[2 * m] = pO[2 * m + 1] = 0.0f;
       if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
     }
@@ -380,7 +395,6 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       const int e = 2 * (tid + m * NT_);
       if (e >= RB * VT) break;
       const int64_t gi = (row0 + e / VT) * D + c0 + e % VT;
-      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
       ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
     }
   };
@@ -401,7 +415,6 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
     KDA_UNROLL
     for (int m = 0; m < MS; ++m) {
       const int e = 2 * (tid + m * NT_);
-      sts2(S + (e / VT) * LD + c0 + e % VT, pSc[2 * m], pSc[2 * m + 1]);
       sts2(S + (c0 + e / D) * LD + e % D, pSr[2 * m], pSr[2 * m + 1]);
     }
     if (tid < D) eg[tid] = expf(pE);
@@ -414,15 +427,14 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
         sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
         sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
+        sts2(Ur + r * LD + i, pU[2 * m], pU[2 * m + 1]);
         sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
       }
       KDA_UNROLL
       for (int m = 0; m < MRV; ++m) {
         const int e = 2 * (tid + m * NT_);
         if (e >= RB * VT) break;
-        const int at = (e / VT) * LD + c0 + e % VT;
-        sts2(Ur + at, pU[2 * m], pU[2 * m + 1]);
-        sts2(Dr + at, pD[2 * m], pD[2 * m + 1]);
+        sts2(Dr + (e / VT) * LD + c0 + e % VT, pD[2 * m], pD[2 * m + 1]);
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
@@ -431,18 +443,15 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         fetch_state(n - 1);
       }
       blk.sync();  // also orders the S / eg stores above
-      // ---- A: Delta = U - W S, dDelta = A_qk^T dO + Kbar S' on the own columns ----------
+      // ---- A: dDelta = A_qk^T dO + Kbar S' on the own columns -------------------------------
       if constexpr (kTC) {
-        constexpr int NJ = MT * TNV;                  // 16x8 tiles of [RB x VT] per product
-        for (int jb = warp; jb < 2 * NJ; jb += NW) {  // warp-uniform
-          const bool is_dd = jb >= NJ;
-          const int ti = jb % NJ, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
-          const float* A = is_dd ? Kr : Wr;
-          const float* B = is_dd ? Sp : S;
+        constexpr int NJ = MT * TNV;              // 16x8 tiles of [RB x VT]
+        for (int jb = warp; jb < NJ; jb += NW) {  // warp-uniform
+          const int m0 = (jb / TNV) * 16, n0 = c0 + (jb % TNV) * 8;
           float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           mma_acc<kSplit>(
-              blk, p, D, [&](int r, int k) { return A[(m0 + r) * LD + k]; },
-              [&](int k, int c) { return B[k * LD + n0 + c]; });
+              blk, p, D, [&](int r, int k) { return Kr[(m0 + r) * LD + k]; },
+              [&](int k, int c) { return Sp[k * LD + n0 + c]; });
           for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns j, j + 1 of row r
             int r, c;
             frag_rc(lane, e, r, c);
@@ -450,52 +459,39 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
             const int j = n0 + c;
             float v[2];
             for (int u = 0; u < 2; ++u) {
-              float* x = (is_dd ? Dr : Ur) + r * LD + j + u;
-              v[u] = is_dd ? *x + p[e + u] : *x - p[e + u];
+              float* x = Dr + r * LD + j + u;
+              v[u] = *x + p[e + u];
               *x = v[u];
             }
-            if (is_dd) st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, v[0], v[1]);
-            else st2(ws.Delta, (row0 + r) * D + j, v[0], v[1]);
+            st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, v[0], v[1]);
           }
         }
       } else {
         for (int e = tid; e < RB * VT; e += NT_) {
           const int r = e / VT, j = c0 + e % VT;
-          float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
-          for (int i = 0; i < D; ++i) {
-            dl -= Wr[r * LD + i] * S[i * LD + j];
-            dd += Kr[r * LD + i] * Sp[i * LD + j];
-          }
-          Ur[r * LD + j] = dl;
+          float dd = Dr[r * LD + j];
+          for (int i = 0; i < D; ++i) dd += Kr[r * LD + i] * Sp[i * LD + j];
           Dr[r * LD + j] = dd;
-          const int64_t gi = (row0 + r) * D + j;
-          st(ws.Delta, gi, dl);
-          st(static_cast<T*>(ws.dDelta), gi, dd);
+          st(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd);
         }
       }
-      blk.cluster_sync();  // every block's Delta / dDelta columns written; saved rows all read
-      gather(Ur, RB);
+      blk.cluster_sync();  // every block's dDelta columns written; saved rows all read
       gather(Dr, RB);
       blk.sync();
-      // ---- B: X_q = dO S^T, X_w = dDelta S^T, X_k = Delta S'^T on the own K rows (full V);
-      // S' accumulator += scale Q~^T dO - W^T dDelta on the own columns ---------------------
+      // ---- B: X_k = Delta S'^T on the own K rows (full V); S' accumulator += scale Q~^T dO -
+      // W^T dDelta on the own columns ----------------------------------------------------------
       if constexpr (kTC) {
-        constexpr int NJ = MT * TNV;                  // 16x8 tiles of [RB x VT] per product
-        for (int jb = warp; jb < 3 * NJ; jb += NW) {  // warp-uniform
-          const int prod = jb / NJ, ti = jb % NJ, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
-          const float* A = prod == 0 ? Or : prod == 1 ? Dr : Ur;
-          const float* B = prod == 2 ? Sp : S;
+        constexpr int NJ = MT * TNV;              // 16x8 tiles of [RB x VT]
+        for (int jb = warp; jb < NJ; jb += NW) {  // warp-uniform
+          const int m0 = (jb / TNV) * 16, n0 = c0 + (jb % TNV) * 8;
           float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           mma_acc<kSplit>(
-              blk, x, D, [&](int r, int k) { return A[(m0 + r) * LD + k]; },
-              [&](int k, int c) { return B[(n0 + c) * LD + k]; });
+              blk, x, D, [&](int r, int k) { return Ur[(m0 + r) * LD + k]; },
+              [&](int k, int c) { return Sp[(n0 + c) * LD + k]; });
           for (int e = 0; e < 4; e += 2) {
             int r, c;
             frag_rc(lane, e, r, c);
-            const int64_t gi = (row0 + m0 + r) * D + n0 + c;
-            if (prod == 0) st2(static_cast<T*>(ws.Xq), gi, x[e], x[e + 1]);
-            else if (prod == 1) st2(static_cast<T*>(ws.Xw), gi, x[e], x[e + 1]);
-            else st2(ws.Xk, gi, x[e], x[e + 1]);
+            st2(ws.Xk, (row0 + m0 + r) * D + n0 + c, x[e], x[e + 1]);
           }
         }
         KDA_UNROLL
@@ -512,17 +508,9 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       } else {
         for (int e = tid; e < RB * VT; e += NT_) {
           const int r = e / VT, i = c0 + e % VT;
-          float xq = 0.0f, xw = 0.0f, xk = 0.0f;
-          for (int j = 0; j < D; ++j) {
-            const float sv = S[i * LD + j];
-            xq += Or[r * LD + j] * sv;
-            xw += Dr[r * LD + j] * sv;
-            xk += Ur[r * LD + j] * Sp[i * LD + j];
-          }
-          const int64_t gi = (row0 + r) * D + i;
-          st(static_cast<T*>(ws.Xq), gi, xq);
-          st(static_cast<T*>(ws.Xw), gi, xw);
-          st(ws.Xk, gi, xk);
+          float xk = 0.0f;
+          for (int j = 0; j < D; ++j) xk += Ur[r * LD + j] * Sp[i * LD + j];
+          st(ws.Xk, (row0 + r) * D + i, xk);
         }
         KDA_UNROLL
         for (int m = 0; m < SC::NACC_S; ++m) {
@@ -533,7 +521,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
           acc[m] += s;
         }
       }
-      blk.cluster_sync();  // the peers' gathers of Ur / Dr done: row tiles free for the next step
+      blk.cluster_sync();  // the peers' gathers of Dr done: row tiles free for the next step
     }
     // dgamma_s = e^gamma * sum_v S S' on the own K rows (one warp per state row)
     for (int i = c0 + warp; i < c0 + VT; i += NW) {

@@ -18,6 +18,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
+  const bool lean = a.lean_scan == 2;  // block-uniform: X_q, X_w formed here (P0)
   // shared memory (floats)
   float* Pk = smem;        // P(k^,k^) raw (s < r)
   float* Tm = Pk + G::CC;  // (I + A)^{-1}
@@ -60,11 +61,15 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     pf.in_rows(blk, cp, static_cast<const T*>(a.f));
     pf.in_rows(blk, cp, static_cast<const T*>(a.v));
     pf.in_rows(blk, cp, static_cast<const T*>(a.dO));
-    pf.template tile<T>(blk, cp, C, ws.Xw);
     pf.template tile<float>(blk, cp, C, ws.Delta);
-    pf.template tile<T>(blk, cp, C, ws.Xq);
     pf.template tile<float>(blk, cp, C, ws.Xk);
     pf.template tile<T>(blk, cp, C, ws.dDelta);
+    if (lean) {
+      pf.bytes(blk, a.h + (bh * cp.NT + n) * G::D * G::D, G::D * G::D * static_cast<int>(sizeof(float)));
+    } else {
+      pf.template tile<T>(blk, cp, C, ws.Xw);
+      pf.template tile<T>(blk, cp, C, ws.Xq);
+    }
   }
   chunk_row_stats<G, T>(blk, a, cp, rq, rk, be, part);
   for (int e = tid; e < C * LC; e += NTHR) {
@@ -78,6 +83,46 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   }
   for (int d = tid; d < G::D; d += NTHR) ddt[d] = 0.0f;
   float dA_acc = 0.0f;  // this thread's share of dA_log
+
+  // ---- P0 (lean scan): X_q = dO S^T and X_w = dDelta S^T with S = h[n], over the chunk's
+  // rows of sQ / W (which no launch reads any more). dO and dDelta are staged once as C x D tiles, S in
+  // blocks of KR rows (the K columns of the result); row stride LDA = D + 4 (4 mod 32: the A
+  // and the (k = t, n = g) B fragments are conflict-free). In the slice area, free until P1.
+  if (lean) {
+    constexpr int D = G::D, LDA = G::LDA, KR = C < KS ? C : KS;
+    static_assert((2 * C + KR) * LDA <= 12 * G::SLICE, "P0's tiles fit in the slices");
+    const T* dO = static_cast<const T*>(a.dO);
+    const T* dD = static_cast<const T*>(ws.dDelta);
+    const float* hn = a.h + (bh * cp.NT + n) * D * D;
+    float* Ot = sl;                                // [C][LDA] dO (0 on rows >= L)
+    float* Dt = Ot + C * LDA;                      // [C][LDA] dDelta
+    float* Hk = Dt + C * LDA;                      // [KR][LDA] S[k0 + i][v] at i LDA + v
+    for (int e = tid; e < C * D / 2; e += NTHR) {  // columns c, c + 1 per thread
+      const int r = e / (D / 2), c = 2 * (e % (D / 2));
+      float o0 = 0.0f, o1 = 0.0f, d0, d1;
+      if (r < cp.L) ld2(dO, cp.in(dm, r, c), o0, o1);
+      ld2(dD, cp.ws(dm, r, c), d0, d1);
+      sts2(Ot + r * LDA + c, o0, o1);
+      sts2(Dt + r * LDA + c, d0, d1);
+    }
+    for (int k0 = 0; k0 < D; k0 += KR) {
+      for (int e = tid; e < KR * D / 2; e += NTHR) {
+        const int i = e / (D / 2), v = 2 * (e % (D / 2));
+        float h0, h1;
+        ld2(hn, (k0 + i) * D + v, h0, h1);
+        sts2(Hk + i * LDA + v, h0, h1);
+      }
+      blk.sync();
+      block_product2<kTC, kSplit, NTHR>(
+          blk, C, KR, D, [&](int r, int v) { return Ot[r * LDA + v]; }, [&](int r, int v) { return Dt[r * LDA + v]; },
+          [&](int v, int k) { return Hk[k * LDA + v]; },
+          [&](int r, int k, float xqv, float xwv) {
+            st(static_cast<T*>(ws.Xq), cp.ws(dm, r, k0 + k), xqv);
+            st(static_cast<T*>(ws.Xw), cp.ws(dm, r, k0 + k), xwv);
+          });
+      blk.sync();  // Hk free; at the end: the stores above precede this block's reads (P1, P5)
+    }
+  }
 
   // ---- P1: P(k^,k^) and dTm_W = -X_w (beta K~)^T, K slices -------------------------------
   for (int ks = 0; ks < G::NKS; ++ks) {

@@ -77,6 +77,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.gate = c.gate;
   a.tensor_cores = !c.simt;
   a.scan_split = c.split;
+  a.lean_scan = c.lean;
   a.q = q.data();
   a.k = k.data();
   a.v = v.data();
@@ -272,6 +273,47 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
 }
 
 TEST_CASE(
+    "KDA fused CPU twins: the lean scan (Delta in aqk_dO, X_q and X_w in the intra adjoint) matches the naive "
+    "recurrence",
+    "[kda][twin][lean]") {
+  // The default on the CPU is the full scan (the other twin cases); here the single-block scan
+  // runs lean (FusedArgs::lean_scan = 2), so aqk_dO's Delta product and the intra adjoint's P0
+  // are checked against the float64 recurrence, outputs NaN-poisoned, every chunk size and
+  // head dim, partial chunks, h0 / dht, both gates, both dtypes and the CUDA-core variant.
+  const uint64_t seed = test_seed() + 5;
+  struct Sc {
+    Dims d;
+    bool h0, dht, lb;
+    DType dt;
+    bool simt;
+  };
+  const std::vector<Sc> cases = {
+      {{1, 37, 2, 64, 16}, true, true, false, DType::f32, false},     // partial last chunk
+      {{2, 50, 1, 64, 32}, true, true, false, DType::f32, false},     // two sequences
+      {{1, 70, 1, 64, 64}, false, true, true, DType::f32, false},     // lower-bound gate, 32-row blocks
+      {{1, 45, 1, 128, 64}, false, true, false, DType::f32, false},   // D = 128
+      {{1, 33, 1, 128, 16}, true, true, false, DType::f32, true},     // D = 128 C16 (16-row K blocks), CUDA cores
+      {{1, 70, 1, 128, 32}, true, false, false, DType::bf16, false},  // bf16 inputs
+      {{1, 40, 2, 64, 32}, true, true, false, DType::bf16, true},     // bf16, CUDA cores
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Sc& s = cases[i];
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
+    c.lean = 2;
+    const Data x = make_data(c, seed + i);
+    const Result got = run_fused_twin(c, x);
+    const Result ref = run_naive(c, x);
+    const ErrReport e = compare(got, ref, false, true, true);
+    const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
+    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+    std::printf("[kda] twin vs naive %-38s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
+    CHECK(gt.pass);
+  }
+}
+
+TEST_CASE(
     "KDA fused CPU twins: the inter adjoint split over V tiles (clusters) matches the naive recurrence "
     "and the single-block scan bit for bit",
     "[kda][twin][split]") {
@@ -297,6 +339,7 @@ TEST_CASE(
     Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
     const Data x = make_data(c, seed + i);
     c.split = 1;
+    c.lean = 2;  // a split scan is lean: the single-block scan in the same form
     const Result one = run_fused_twin(c, x);
     c.split = s.nv;
     const Result got = run_fused_twin(c, x);

@@ -69,6 +69,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.gate = c.gate;
   a.tensor_cores = !c.simt;
   a.scan_split = c.split;
+  a.lean_scan = c.lean;
   a.q = dev.up(q.data(), q.bytes());
   a.k = dev.up(k.data(), k.bytes());
   a.v = dev.up(v.data(), v.bytes());
@@ -135,6 +136,7 @@ const Result& cached_naive(const Case& c, const Data& x, bool f64) {
   key.dims.C = 0;
   key.simt = false;
   key.split = 0;
+  key.lean = 0;
   auto& m = cache[f64 ? 1 : 0];
   auto it = m.find(key.name());
   if (it != m.end()) return it->second;
@@ -151,6 +153,7 @@ uint64_t data_seed(const Case& c, uint64_t base) {
   key.dims.C = 0;
   key.simt = false;
   key.split = 0;
+  key.lean = 0;
   return base + std::hash<std::string>{}(key.name()) % 1000;
 }
 
@@ -223,6 +226,7 @@ TEST_CASE(
     const Result& ref = reference(c, x);
     const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     c.split = 1;
+    c.lean = 2;  // a split scan is lean: the single-block scan in the same form
     const Result one = run_fused_cuda(c, x);
     for (int nv : {2, 4}) {
       c.split = nv;
@@ -238,6 +242,40 @@ TEST_CASE(
         CHECK(b.differ == 0);
       }
     }
+  }
+}
+
+TEST_CASE("KDA fused CUDA: the full and the lean backward scan both match the naive recurrence", "[kda][cuda][lean]") {
+  // The default (lean_scan_pick) runs the lean scan at the small B*H of the cases above and the
+  // full scan at B8 H12; here each shape runs the other form too.
+  const uint64_t seed = test_seed();
+  std::vector<Case> cases;
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt, bool simt, int lean) {
+    Case c = make_case(d, h0, dht, lb, dt, simt);
+    c.lean = lean;
+    cases.push_back(c);
+  };
+  add({8, 512, 12, 64, 32}, false, false, false, DType::bf16, false, 2);  // the default there: full
+  add({8, 512, 12, 64, 16}, false, false, false, DType::f32, false, 2);
+  add({8, 512, 12, 64, 64}, false, false, false, DType::f32, true, 2);
+  add({2, 300, 3, 64, 32}, true, true, true, DType::f32, false, 1);  // the default there: lean
+  add({2, 200, 2, 128, 16}, true, true, false, DType::f32, false, 1);
+  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, 1);
+  add({2, 200, 2, 128, 64}, true, true, false, DType::f32, true, 1);
+  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, 2);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const uint64_t s = data_seed(c, seed);
+    const Data x = make_data(c, s);
+    const Result& ref = reference(c, x);
+    const Result got = run_fused_cuda(c, x);
+    const ErrReport e = compare(got, ref, false, true, true);
+    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
+    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+    std::printf("[kda] cuda fused vs naive %-36s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
+                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+    INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
+    CHECK(gt.pass);
   }
 }
 
