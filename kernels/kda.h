@@ -212,9 +212,10 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 int inter_adjoint_split(int64_t bh, int sms);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
 // 2 (lean) when split > 1 or 4 * B*H <= sms, else 1. Measured on the H200 (bf16, the engine's
-// chunk; docs/notes-kda.md, "2026-12-02: three products off the backward scan"): lean is
-// faster at B*H = 8 (25.3 -> 22.9 ms at T32768 D128) and 32 (22.0 -> 21.3 ms at T16384 D128),
-// slower at 96 (D64: 0.608 -> 0.630 ms at T512) and 128 (D128: 6.77 -> 7.66 ms at T2048).
+// chunk, both forms in one binary; docs/BENCHMARKS.md, "KDA's lean backward scan"): lean is
+// faster at B*H = 12 (5.99 -> 5.30 ms at T16384 D64) and 32 (4.33 -> 4.17 at T8192 D64, 22.17
+// -> 21.83 at T16384 D128), even at 48, slower at 64 (8.16 -> 8.76 at T4096 D128), 96 (0.614 ->
+// 0.638 at T512 D64) and 128 (6.80 -> 7.72 at T2048 D128).
 int lean_scan_pick(int64_t bh, int sms, int split);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
