@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the same benchmark rows from two builds of kbench on the same GPU, in
+# One run on the GPU machine: the same benchmark rows from two builds of kbench on the same GPU, in
 # interleaved rounds (A, B, A, B, ...), so that a change is measured against its base in one
 # run instead of across runs. Run on the GPU machine from the repo root:
 #
