@@ -303,13 +303,10 @@ TEST_CASE(
     const Data x = make_data(c, seed + i);
     const Result got = run_fused_twin(c, x);
     const Result ref = run_naive(c, x);
-    const ErrReport e = compare(got, ref, false, true, true);
-    const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
-    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-    std::printf("[kda] twin vs naive %-38s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
-                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
-    CHECK(gt.pass);
+    const GatedReport g =
+        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
+    CHECK(g.gated.pass);
   }
 }
 
@@ -344,13 +341,10 @@ TEST_CASE(
     c.split = s.nv;
     const Result got = run_fused_twin(c, x);
     const Result ref = run_naive(c, x);
-    const ErrReport e = compare(got, ref, false, true, true);
-    const ErrReport e32 = compare(run_naive_f32(c, x), ref, false, true, true);
-    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-    std::printf("[kda] twin vs naive %-38s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
-                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
-    CHECK(gt.pass);
+    const GatedReport g =
+        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
+    CHECK(g.gated.pass);
     for (const BitDiff& b : gradient_bit_diffs(got, one)) {
       INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
       CHECK(b.differ == 0);

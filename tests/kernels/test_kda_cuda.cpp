@@ -269,13 +269,10 @@ TEST_CASE("KDA fused CUDA: the full and the lean backward scan both match the na
     const Data x = make_data(c, s);
     const Result& ref = reference(c, x);
     const Result got = run_fused_cuda(c, x);
-    const ErrReport e = compare(got, ref, false, true, true);
-    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
-    const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-    std::printf("[kda] cuda fused vs naive %-36s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
-                gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-    INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
-    CHECK(gt.pass);
+    const GatedReport g = gate_against_reference("cuda fused vs naive", c, got, ref,
+                                                 compare(reference_f32(c, x), ref, false, true, true));
+    INFO(c.name() << " seed " << s << g.report.str() << g.gated.adapted << replay_hint());
+    CHECK(g.gated.pass);
   }
 }
 

@@ -355,6 +355,23 @@ inline ErrReport compare(const Result& x, const Result& ref, bool fwd_only, bool
   return r;
 }
 
+// A fused result against the float64 reference, gated by the dtype's tolerance (1e-2 bf16,
+// 1e-5 f32) widened where the float32 recurrence itself errs (gate_errors); prints one line
+// "[kda] <label> <case> worst ..." and returns the errors and the verdict (the caller CHECKs
+// `gated.pass`, with `report.str() + gated.adapted` as the failure context).
+struct GatedReport {
+  ErrReport report;
+  Gated gated;
+};
+inline GatedReport gate_against_reference(const char* label, const Case& c, const Result& got, const Result& ref,
+                                          const ErrReport& f32) {
+  GatedReport r{compare(got, ref, false, true, true), {}};
+  r.gated = gate_errors(r.report, f32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+  std::printf("[kda] %s %-38s worst %.2e, %.3f of allowed:%s%s\n", label, c.name().c_str(), r.report.worst(),
+              r.gated.worst_ratio, r.report.str().c_str(), r.gated.adapted.c_str());
+  return r;
+}
+
 // Per gradient, how many elements of `got` differ bit for bit from `ref` (all of them when the
 // sizes differ): the split scan's results must be those of the single-block scan exactly.
 struct BitDiff {
