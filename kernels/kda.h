@@ -16,7 +16,7 @@
 //   fused_* (CPU) the CPU twins of the fused CUDA kernels: the *same* block programs
 //                 (kernels/kda_blocks.h, kernels/kda/) run by an emulated thread block (std::barrier),
 //                 so the kernels' index arithmetic and barriers are tested without a GPU.
-//   fused_* (CUDA) kernels/cuda/kda.cu: forward = 2 launches (intra, inter), backward =
+//   fused_* (CUDA) kernels/cuda/kda.cu, kernels/cuda/kda/: forward = 2 launches (intra, inter), backward =
 //                 3 launches (aqk_dO, inter adjoint, intra adjoint).
 // The ops path (chunk algorithm from runtime ops) lives in engine/mixers/kda.cpp.
 //
@@ -242,7 +242,7 @@ void check_workspace(const BackwardWorkspace& ws, BackwardPart part);
 void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws);
 void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part = BackwardPart::all);
 
-// CUDA (kernels/cuda/kda.cu; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
+// CUDA (kernels/cuda/kda.cu and kernels/cuda/kda/; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
 // Stage scopes "intra", "inter" (forward) and "aqk_dO", "inter_adjoint",
 // "intra_adjoint" (backward) name the launches in the launch atlas.
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream);

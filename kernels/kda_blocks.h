@@ -65,22 +65,23 @@
 namespace lt::kda::KDA_BLOCKS_NS {
 
 // ---- host-side dispatch over the instantiated configurations ---------------------------
-// f.template operator()<Cfg<D, C>, T>() for the runtime (D, C, dtype); callers validated them.
-template <class F>
-inline void dispatch_config(const Dims& dm, DType dtype, F&& f) {
-  auto with_dtype = [&]<int D, int C>() {
+// f.template operator()<Cfg<D, C>, T>() for the runtime chunk and dtype at head dim D (the CUDA
+// path compiles each head dim in its own translation unit); callers validated them.
+template <int D, class F>
+inline void dispatch_chunk(const Dims& dm, DType dtype, F&& f) {
+  auto with_dtype = [&]<int C>() {
     if (dtype == DType::bf16) f.template operator()<Cfg<D, C>, bfloat16>();
     else f.template operator()<Cfg<D, C>, float>();
   };
-  if (dm.D == 64) {
-    if (dm.C == 16) with_dtype.template operator()<64, 16>();
-    else if (dm.C == 32) with_dtype.template operator()<64, 32>();
-    else with_dtype.template operator()<64, 64>();
-  } else {
-    if (dm.C == 16) with_dtype.template operator()<128, 16>();
-    else if (dm.C == 32) with_dtype.template operator()<128, 32>();
-    else with_dtype.template operator()<128, 64>();
-  }
+  if (dm.C == 16) with_dtype.template operator()<16>();
+  else if (dm.C == 32) with_dtype.template operator()<32>();
+  else with_dtype.template operator()<64>();
+}
+// The same for the runtime (D, C, dtype).
+template <class F>
+inline void dispatch_config(const Dims& dm, DType dtype, F&& f) {
+  if (dm.D == 64) dispatch_chunk<64>(dm, dtype, f);
+  else dispatch_chunk<128>(dm, dtype, f);
 }
 
 }  // namespace lt::kda::KDA_BLOCKS_NS

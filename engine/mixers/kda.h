@@ -10,7 +10,7 @@
 //   ops    the chunk algorithm composed from runtime ops (engine/ops.h), CPU and CUDA,
 //          forward and backward; computes in f64 for f64 inputs, else in f32. Materialises
 //          everything (the [.., C, C, D] gate-ratio tensor included): a reference, not fast.
-//   fused  kernels/cuda/kda.cu on CUDA tensors (CPU tensors run the CPU twins). f32 / bf16.
+//   fused  kernels/cuda/kda.cu and kernels/cuda/kda/ on CUDA tensors (CPU tensors run the CPU twins). f32 / bf16.
 //          Scratch and outputs come from the caching allocator (Tensor::empty), never zeroed.
 // Inputs: q, k, v, f [B,T,H,D]; b [B,T,H] (all one float dtype); A_log [H]; dt_bias [H,D] or
 // [H*D]; h0 [B,H,D,D] (optional, undefined Tensor = zero state). Parameters and states are

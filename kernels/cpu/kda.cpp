@@ -544,13 +544,18 @@ void twin_backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
   };
   if (a.scan_split == 4) split.template operator()<4>();
   else if (a.scan_split == 2) split.template operator()<2>();
+  else if (a.lean_scan == 2)
+    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, g, sm);
+    });
   else
     emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-      blocks::inter_adjoint_program<G, T, kTC>(a, ws, blk, g, sm);
+      blocks::inter_adjoint_program<G, T, kTC, false>(a, ws, blk, g, sm);
     });
   using GA = typename G::Adj;
   emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_adjoint_program<GA, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, g / NT, g % NT, sm);
+    else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, g / NT, g % NT, sm);
   });
 }
 

@@ -1,5 +1,5 @@
 // Warp-level tensor-core primitives shared by the mixer kernels (kernels/cuda/rwkv6/*.cu,
-// kernels/cuda/kda.cu through kernels/kda_blocks.h), CUDA only. Each wrapper is one PTX
+// kernels/cuda/kda/ through kernels/kda_blocks.h), CUDA only. Each wrapper is one PTX
 // instruction (or a fixed address computation feeding one); inlined, they emit the same PTX as
 // the asm written in place. Lane = 4 g + t (g = lane / 4, t = lane % 4) throughout.
 //

@@ -1,6 +1,6 @@
 // KDA fused path: what every block program shares (the programs: kernels/kda_blocks.h).
 // One definition serves two executors:
-//   kernels/cuda/kda.cu   each program is the body of a __global__ kernel (Blk = CUDA block)
+//   kernels/cuda/kda/     each program is the body of a __global__ kernel (Blk = CUDA block)
 //   kernels/cpu/kda.cpp   the CPU twin runs the same program on an emulated block: NTHR host
 //                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
 // So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.

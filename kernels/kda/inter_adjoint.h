@@ -8,11 +8,12 @@ namespace lt::kda::KDA_BLOCKS_NS {
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
-// kTC: products on tensor cores; else fp32 CUDA cores. a.lean_scan == 2 (lean): Delta comes
-// from aqk_dO and X_q, X_w are left to the intra adjoint (FusedArgs::lean_scan), so a row
-// block forms dDelta, X_k and the S' update only; S = h[n] is then read by dgamma_s alone.
+// kTC: products on tensor cores; else fp32 CUDA cores. kLean (FusedArgs::lean_scan == 2, a
+// template parameter so that neither form pays for the other's branch): Delta comes from
+// aqk_dO and X_q, X_w are left to the intra adjoint, so a row block forms dDelta, X_k and the
+// S' update only; S = h[n] is then read by dgamma_s alone.
 // ======================================================================================
-template <class G, class T, bool kTC, class Blk>
+template <class G, class T, bool kTC, bool kLean, class Blk>
 KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
@@ -37,7 +38,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
-  const bool lean = a.lean_scan == 2;        // block-uniform
+  constexpr bool lean = kLean;               // the form is compiled in: no branch in the step
   const float* Ug = lean ? ws.Delta : ws.U;  // the rows loaded into Ur
   float* S = smem;                           // [D][LD]  h[n]
   float* Sp = S + D * LD;                    // [D][LD]  S' = dL/dS after chunk n

@@ -9,7 +9,7 @@ namespace lt::kda::KDA_BLOCKS_NS {
 // ======================================================================================
 // intra adjoint (backward, chunk-parallel)
 // ======================================================================================
-template <class G, class T, bool kTC, class Blk>
+template <class G, class T, bool kTC, bool kLean, class Blk>
 KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
                                    float* smem) {
   const Dims& dm = a.dims;
@@ -18,7 +18,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
-  const bool lean = a.lean_scan == 2;  // block-uniform: X_q, X_w formed here (P0)
+  constexpr bool lean = kLean;  // lean scan (FusedArgs::lean_scan == 2): X_q, X_w formed here (P0)
   // shared memory (floats)
   float* Pk = smem;        // P(k^,k^) raw (s < r)
   float* Tm = Pk + G::CC;  // (I + A)^{-1}
