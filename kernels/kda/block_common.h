@@ -120,7 +120,7 @@ struct Cfg {
   // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
   // at C = 32 its shared memory (76 KB, D64 and D128 alike) admits 3 blocks, and the kernel is
   // bound by latency (wait / long scoreboard / barrier stalls), which more resident blocks
-  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v; 114-121 registers
+  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; 114 registers
   // uncapped, 2 blocks) and still pays: -17 % (bf16), -50 % (fp32) intra adjoint time
   // (docs/notes-kda.md, "The D128 intra adjoint at three blocks an SM"). At D = 64, C = 16
   // (33 KB) a cap of 64 registers gives 4 blocks without spills.
