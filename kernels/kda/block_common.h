@@ -120,10 +120,10 @@ struct Cfg {
   // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
   // at C = 32 its shared memory (76 KB, D64 and D128 alike) admits 3 blocks, and the kernel is
   // bound by latency (wait / long scoreboard / barrier stalls), which more resident blocks
-  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; 114 registers
-  // uncapped, 2 blocks) and still pays: -17 % (bf16), -50 % (fp32) intra adjoint time
-  // (docs/notes-kda.md, "The D128 intra adjoint at three blocks an SM"). At D = 64, C = 16
-  // (33 KB) a cap of 64 registers gives 4 blocks without spills.
+  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; uncapped 114-125
+  // registers, 2 blocks, and 159 at fp32, 1 block) and still pays: -17 % (bf16), -50 % (fp32)
+  // intra adjoint time (docs/notes-kda.md, "The D128 intra adjoint at three blocks an SM").
+  // At D = 64, C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills.
   static constexpr int kIntraAdjMinBlocks = NTHR != 256 ? 1 : C == 32 ? 3 : D == 64 ? 4 : 1;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
