@@ -108,8 +108,8 @@ struct FusedArgs {
   //   1 (full scan)  the inter adjoint forms all seven products a row block;
   //   2 (lean scan)  aqk_dO forms Delta and the intra adjoint X_q and X_w, on every SM, at the
   //                  price of reading h[n] twice more from memory; the scan keeps four.
-  // 0: chosen (lean_scan_pick): 2 where the scan runs split over V or on at most a quarter of
-  // the SMs, else 1; the CPU twin takes 0 as 1 unless scan_split > 1. A split scan is always lean.
+  // 0: chosen (lean_scan_pick): 2 where the scan runs split over V or on few enough SMs (a
+  // share that depends on dtype and D), else 1; the CPU twin takes 0 as 1 unless scan_split > 1. A split scan is always lean.
   int lean_scan = 0;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]
@@ -211,12 +211,14 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 // than 1 there too (11.2 ms; the D128 split-2 program spills), so 2 is never picked.
 int inter_adjoint_split(int64_t bh, int sms);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
-// 2 (lean) when split > 1 or 4 * B*H <= sms, else 1. Measured on the H200 (bf16, the engine's
-// chunk, both forms in one binary; docs/BENCHMARKS.md, "KDA's lean backward scan"): lean is
-// faster at B*H = 12 (5.99 -> 5.30 ms at T16384 D64) and 32 (4.33 -> 4.17 at T8192 D64, 22.17
-// -> 21.83 at T16384 D128), even at 48, slower at 64 (8.16 -> 8.76 at T4096 D128), 96 (0.614 ->
-// 0.638 at T512 D64) and 128 (6.80 -> 7.72 at T2048 D128).
-int lean_scan_pick(int64_t bh, int sms, int split);
+// 2 (lean) when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
+// dim, else 1: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.
+// Measured on the H200 at the engine's chunk (fused_chunk), both forms in one binary
+// (docs/BENCHMARKS.md, "KDA's scan form compiled in"): lean vs full bf16 D64 -12.1 % at B*H 12,
+// -2.5 % at 40, -1.1 % at 48, +0.1 % at 56, +4.7 % at 96; bf16 D128 -5.2 % at 32, -0.2 % at
+// 48, +2.3 % at 56, +8.9 % at 128; f32 D64 (chunk 16) -0.6 % at 32, +1.9 % at 40; f32 D128
+// -9.6 % at 32, -4.9 % at 48, -1.1 % at 64.
+int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
 // bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table

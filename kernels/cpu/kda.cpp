@@ -287,7 +287,13 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
 }
 
 int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
-int lean_scan_pick(int64_t bh, int sms, int split) { return split > 1 || 4 * bh <= sms ? 2 : 1; }
+int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
+  if (split > 1) return 2;
+  const bool lean = dtype != DType::f32 ? 8 * bh <= 3 * static_cast<int64_t>(sms)
+                    : D == 64           ? 4 * bh <= sms
+                                        : 2 * bh <= sms;
+  return lean ? 2 : 1;
+}
 
 // Measured on the H200 (2026-12-02, kbench kda fwd+bwd at chunk 16 / 32 / 64, configs/
 // bench-kda-chunks.json; figures in docs/BENCHMARKS.md, "KDA chunk table"):

@@ -64,7 +64,7 @@ int lean_scan(const FusedArgs& a, int nv) {
   int dev = 0, sms = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return lean_scan_pick(a.dims.B * a.dims.H, sms, nv);
+  return lean_scan_pick(a.dims.B * a.dims.H, sms, nv, a.dims.D, a.dtype);
 }
 
 }  // namespace cuda_launch
