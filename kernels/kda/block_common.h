@@ -503,6 +503,38 @@ KDA_DEV float segment_prefix(Blk& blk, float& tot, int seg) {
   }
   return pre;
 }
+// N row sums of one warp at once (N a power of two, at most 32): v[k] is this lane's partial
+// of row k. Returns the full sum (over the 32 lanes) of row `row`, which this lane holds. A
+// reduce-scatter: at offset o (16, 8, ...) while more than one row is left, a lane keeps half
+// of its rows (the upper half where lane & o) and adds its partner's partials of them; the
+// rest is a butterfly on the one row left. So `row` is set by the lane's high bits, and the
+// 32 / N lanes that differ only in the low log2(32 / N) bits hold the same row (the one with
+// those bits zero may store it). N - 1 + log2(32 / N) shuffles, where a butterfly a row takes
+// 5 N. Every sum is formed as the butterfly over xor offsets 16, 8, 4, 2, 1 forms it (own
+// value + partner's), so on the GPU the result equals warp_sum (a butterfly) of each row bit for
+// bit. Every lane of the warp must call it.
+template <int N, class Blk>
+KDA_DEV float warp_sum_rows(Blk& blk, float (&v)[N], int lane, int& row) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0);
+  row = 0;
+  KDA_UNROLL
+  for (int o = 16, n = N; o > 0; o >>= 1) {
+    if (n > 1) {
+      const int half = n / 2;
+      const bool up = (lane & o) != 0;
+      KDA_UNROLL
+      for (int k = 0; k < half; ++k) {
+        const float keep = up ? v[k + half] : v[k], send = up ? v[k] : v[k + half];
+        v[k] = keep + blk.shfl_xor(send, o);
+      }
+      if (up) row += half;
+      n = half;
+    } else {
+      v[0] += blk.shfl_xor(v[0], o);
+    }
+  }
+  return v[0];
+}
 // In place: x[r][c] = sum_{s <= r} x[s][c]. No sync.
 template <class G, class Blk>
 KDA_DEV void cumsum_columns(Blk& blk, float* x) {
@@ -778,20 +810,30 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
 
 // Tm = (I + A)^{-1}, A strictly lower (C x C, stride LC); Tm fully written (0 above the
 // diagonal). Z: kSub * LC floats of scratch. Diagonal 16x16 blocks by forward substitution
-// (one thread per column), then block rows merged: X_ij = -X_ii sum_{j<=m<i} A_im X_mj.
-// Ends with a sync.
+// (one thread per column, the column in registers: the chain of a column is its FMAs and not
+// a shared-memory round trip each, and the loads of A do not wait behind stores), then block
+// rows merged: X_ij = -X_ii sum_{j<=m<i} A_im X_mj. Ends with a sync.
 template <class G, class Blk>
 KDA_DEV void solve_unit_lower(Blk& blk, const float* A, float* Tm, float* Z) {
   for (int e = blk.tid(); e < G::C * G::C; e += G::NTHR) Tm[(e / G::C) * G::LC + e % G::C] = 0.0f;
   blk.sync();
   for (int t = blk.tid(); t < G::C; t += G::NTHR) {
     const int base = (t / kSub) * kSub, c = t % kSub;
-    Tm[(base + c) * G::LC + base + c] = 1.0f;
-    for (int r = c + 1; r < kSub; ++r) {
+    float x[kSub];  // x[m] = Tm[base + m][base + c]
+    KDA_UNROLL
+    for (int m = 0; m < kSub; ++m) x[m] = m == c ? 1.0f : 0.0f;
+    // x[r] = -sum_{c <= m < r} A[r][m] x[m] for r > c; the terms m < c add A 0 = +-0 to a +0
+    // sum, so the sum is the one over c <= m < r, bit for bit
+    KDA_UNROLL
+    for (int r = 1; r < kSub; ++r) {
+      const float* Ar = A + (base + r) * G::LC + base;
       float acc = 0.0f;
-      for (int m = c; m < r; ++m) acc += A[(base + r) * G::LC + base + m] * Tm[(base + m) * G::LC + base + c];
-      Tm[(base + r) * G::LC + base + c] = -acc;
+      KDA_UNROLL
+      for (int m = 0; m < r; ++m) acc += Ar[m] * x[m];
+      if (r > c) x[r] = -acc;
     }
+    KDA_UNROLL
+    for (int m = 0; m < kSub; ++m) Tm[(base + m) * G::LC + base + c] = x[m];
   }
   blk.sync();
   for (int i = 1; i < G::NB; ++i) {

@@ -252,28 +252,55 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       }
       blk.sync();  // row tiles free for the next block
     }
-    // dgamma_s = e^gamma * sum_v S S'  (one warp per state row)
-    for (int i = warp; i < D; i += NW) {
-      float s = 0.0f;
-      for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
-      s = blk.warp_sum(s);
-      if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
+    // dgamma_s = e^gamma * sum_v S S': a warp's D / NW state rows i = warp + k NW, reduced at once
+    {
+      constexpr int RW = D / NW;
+      static_assert(RW >= 1 && D % NW == 0);
+      float s[RW];
+      KDA_UNROLL
+      for (int k = 0; k < RW; ++k) {
+        const int i = warp + k * NW;
+        s[k] = 0.0f;
+        KDA_UNROLL
+        for (int j = lane; j < D; j += 32) s[k] += S[i * LD + j] * Sp[i * LD + j];
+      }
+      int k;
+      const float sum = warp_sum_rows<RW>(blk, s, lane, k);
+      if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + warp + k * NW] = eg[warp + k * NW] * sum;
     }
     blk.sync();
     if constexpr (!kStatePrefetch)
       if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
     if constexpr (kTC) {
-      KDA_UNROLL
-      for (int u = 0; u < NACC_T; ++u) {
-        if (kRoles && warp < NXW) break;                          // X warps hold no S' tiles (warp-uniform)
-        const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
-        const int m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
-        for (int e = 0; e < 4; ++e) {
+      // S' = e^gamma S' + acc: every load first, then every store, so that the loads are
+      // not each ordered behind the previous element's store (a shared-memory round trip each)
+      // (X warps hold no S' tiles: warp-uniform.) at(u, e, i): element e of tile u, its row i
+      // and its index in Sp
+      if (!kRoles || warp >= NXW) {
+        auto at = [&](int u, int e, int& i) {
+          const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
           int r, c;
           frag_rc(lane, e, r, c);
-          const int i = m0 + r, j = c0 + c;
-          Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[4 * u + e];
-          acc[4 * u + e] = 0.0f;
+          i = (ti / TN) * 16 + r;
+          return i * LD + (ti % TN) * 8 + c;
+        };
+        KDA_UNROLL
+        for (int u = 0; u < NACC_T; ++u) {
+          KDA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            int i;
+            const int x = at(u, e, i);
+            acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
+          }
+        }
+        KDA_UNROLL
+        for (int u = 0; u < NACC_T; ++u) {
+          KDA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            int i;
+            Sp[at(u, e, i)] = acc[4 * u + e];
+            acc[4 * u + e] = 0.0f;
+          }
         }
       }
     } else {
@@ -524,23 +551,50 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       }
       blk.cluster_sync();  // the peers' gathers of Dr done: row tiles free for the next step
     }
-    // dgamma_s = e^gamma * sum_v S S' on the own K rows (one warp per state row)
-    for (int i = c0 + warp; i < c0 + VT; i += NW) {
-      float s = 0.0f;
-      for (int j = lane; j < D; j += 32) s += S[i * LD + j] * Sp[i * LD + j];
-      s = blk.warp_sum(s);
-      if (lane == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * s;
+    // dgamma_s = e^gamma * sum_v S S' on the own K rows: a warp's VT / NW rows
+    // i = c0 + warp + k NW, reduced at once (as in the single-block program: the same sums)
+    {
+      constexpr int RW = VT / NW;
+      static_assert(RW >= 1 && VT % NW == 0);
+      float s[RW];
+      KDA_UNROLL
+      for (int k = 0; k < RW; ++k) {
+        const int i = c0 + warp + k * NW;
+        s[k] = 0.0f;
+        KDA_UNROLL
+        for (int j = lane; j < D; j += 32) s[k] += S[i * LD + j] * Sp[i * LD + j];
+      }
+      int k;
+      const float sum = warp_sum_rows<RW>(blk, s, lane, k);
+      const int i = c0 + warp + k * NW;
+      if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * sum;
     }
     blk.sync();
     if constexpr (kTC) {
+      // every load first, then every store (as in the single-block program); at(u, e, i):
+      // element e of tile u, its row i and its index in Sp
+      auto at = [&](int u, int e, int& i) {
+        const int ti = warp * SC::NACC_T + u;
+        int r, c;
+        frag_rc(lane, e, r, c);
+        i = (ti / TNV) * 16 + r;
+        return i * LD + c0 + (ti % TNV) * 8 + c;
+      };
       KDA_UNROLL
       for (int u = 0; u < SC::NACC_T; ++u) {
-        const int ti = warp * SC::NACC_T + u, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
+        KDA_UNROLL
         for (int e = 0; e < 4; ++e) {
-          int r, c;
-          frag_rc(lane, e, r, c);
-          const int i = m0 + r, j = n0 + c;
-          Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[4 * u + e];
+          int i;
+          const int x = at(u, e, i);
+          acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
+        }
+      }
+      KDA_UNROLL
+      for (int u = 0; u < SC::NACC_T; ++u) {
+        KDA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          int i;
+          Sp[at(u, e, i)] = acc[4 * u + e];
           acc[4 * u + e] = 0.0f;
         }
       }
