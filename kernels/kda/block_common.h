@@ -203,6 +203,41 @@ KDA_DEV void ld2(const T* p, int64_t i, float& v0, float& v1) {
   v0 = ld(p, i);
   v1 = ld(p, i + 1);
 }
+// Two adjacent elements of a T array as loaded, not yet converted to float (i even, p aligned
+// to 2 elements: one 32-bit (bf16) / 64-bit (fp32) load on the GPU). The backward scan's
+// register prefetch holds these: a bf16 pair converted at the load puts an instruction that
+// waits for the load right behind it, where the raw pair waits in its register until the next
+// step stores it (docs/notes-kda.md, "2026-12-03: where the warps wait"; the forward scan
+// measured slower with them at D64 and at D128 C64, and keeps ld2).
+// A bf16 pair is one 32-bit word (element i in the low half, as the little-endian load gives
+// it): held as two 16-bit values, the compiler splits the word right after the load (PRMT),
+// which waits for the load as the conversion did.
+template <class T>
+struct Pair {
+  T v[2];
+};
+template <>
+struct Pair<bfloat16> {
+  uint32_t bits;
+};
+template <class T>
+KDA_DEV Pair<T> ld_pair(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+#if defined(__CUDA_ARCH__)
+    return {*reinterpret_cast<const uint32_t*>(p + i)};
+#else
+    return {static_cast<uint32_t>(p[i].bits) | (static_cast<uint32_t>(p[i + 1].bits) << 16)};
+#endif
+  } else {
+    static_assert(std::is_same_v<T, float>);
+#if defined(__CUDA_ARCH__)
+    const float2 f = *reinterpret_cast<const float2*>(p + i);
+    return {{f.x, f.y}};
+#else
+    return {{p[i], p[i + 1]}};
+#endif
+  }
+}
 // p[0] = v0, p[1] = v1 (shared memory, p 8-byte aligned): one 64-bit store on the GPU.
 KDA_DEV void sts2(float* p, float v0, float v1) {
 #if defined(__CUDA_ARCH__)
@@ -211,6 +246,15 @@ KDA_DEV void sts2(float* p, float v0, float v1) {
   p[0] = v0;
   p[1] = v1;
 #endif
+}
+// A loaded pair, converted, to p[0], p[1] (shared memory, p 8-byte aligned).
+template <class T>
+KDA_DEV void sts2(float* p, const Pair<T>& x) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    sts2(p, bits_float(x.bits << 16), bits_float(x.bits & 0xffff0000u));
+  } else {
+    sts2(p, x.v[0], x.v[1]);
+  }
 }
 // dst[0..3] = src[0..3]; both 16-byte aligned: one 128-bit load and store on the GPU.
 KDA_DEV void copy4(float* dst, const float* src) {

@@ -71,7 +71,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   constexpr bool kStatePrefetch = MS <= 32;
   static_assert(kStatePrefetch || MS % 4 == 0);
   [[maybe_unused]] float pS[kStatePrefetch ? MS : 1];
-  float pW[MR], pQ[MR], pK[MR], pU[MR], pD[MR], pO[MR], pE = 0.0f;
+  Pair<T> pW[MR / 2], pQ[MR / 2], pD[MR / 2], pO[MR / 2];  // raw pairs (Pair: converted when stored)
+  Pair<float> pK[MR / 2], pU[MR / 2];
+  float pE = 0.0f;
   auto fetch_state = [&](int64_t n) {  // h[n] (register prefetch only) and gamma[n]
     if constexpr (kStatePrefetch) {
       KDA_UNROLL
@@ -94,13 +96,12 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
-      ld2(Ug, gi, pU[2 * m], pU[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
-      pO[2 * m] = pO[2 * m + 1] = 0.0f;
-      if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
+      pW[m] = ld_pair(static_cast<const T*>(ws.W), gi);
+      pQ[m] = ld_pair(static_cast<const T*>(ws.sQ), gi);
+      pK[m] = ld_pair(static_cast<const float*>(ws.Kbar), gi);
+      pU[m] = ld_pair(Ug, gi);
+      pD[m] = ld_pair(static_cast<const T*>(ws.AqkT_dO), gi);
+      pO[m] = t0 + r < dm.T ? ld_pair(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : Pair<T>{};
     }
   };
   fetch_state(NT - 1);
@@ -123,12 +124,12 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       for (int m = 0; m < MR / 2; ++m) {
         const int e = 2 * (tid + m * NT_);
         const int r = e / D, i = e % D;
-        sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
-        sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
-        sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
-        sts2(Ur + r * LD + i, pU[2 * m], pU[2 * m + 1]);
-        sts2(Dr + r * LD + i, pD[2 * m], pD[2 * m + 1]);
-        sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
+        sts2(Wr + r * LD + i, pW[m]);
+        sts2(Qr + r * LD + i, pQ[m]);
+        sts2(Kr + r * LD + i, pK[m]);
+        sts2(Ur + r * LD + i, pU[m]);
+        sts2(Dr + r * LD + i, pD[m]);
+        sts2(Or + r * LD + i, pO[m]);
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
@@ -391,8 +392,9 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
 
   // Register prefetch one step ahead, as in the single-block program.
   constexpr int MS = SC::MS, MR = SC::MR, MRV = SC::MRV;
-  float pSr[2 * MS], pW[2 * MR], pQ[2 * MR], pK[2 * MR], pO[2 * MR], pU[2 * MR],
-      pD[2 * MRV] = {};  // (guarded loops: zero where unused)
+  float pSr[2 * MS];
+  Pair<T> pW[MR], pQ[MR], pO[MR], pD[MRV] = {};  // raw pairs (guarded loops: zero where unused)
+  Pair<float> pK[MR], pU[MR];
   float pE = 0.0f;
   auto fetch_state = [&](int64_t n) {  // own rows of h[n]; gamma[n]
     const float* hn = a.h + (bh * NT + n) * D * D;
@@ -411,19 +413,18 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       const int64_t gi = (row0 + r) * D + i;
-      ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.sQ), gi, pQ[2 * m], pQ[2 * m + 1]);
-      ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
-      ld2(ws.Delta, gi, pU[2 * m], pU[2 * m + 1]);
-      pO[2 * m] = pO[2 * m + 1] = 0.0f;
-      if (t0 + r < dm.T) ld2(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i, pO[2 * m], pO[2 * m + 1]);
+      pW[m] = ld_pair(static_cast<const T*>(ws.W), gi);
+      pQ[m] = ld_pair(static_cast<const T*>(ws.sQ), gi);
+      pK[m] = ld_pair(static_cast<const float*>(ws.Kbar), gi);
+      pU[m] = ld_pair(static_cast<const float*>(ws.Delta), gi);
+      pO[m] = t0 + r < dm.T ? ld_pair(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : Pair<T>{};
     }
     KDA_UNROLL
     for (int m = 0; m < MRV; ++m) {
       const int e = 2 * (tid + m * NT_);
       if (e >= RB * VT) break;
       const int64_t gi = (row0 + e / VT) * D + c0 + e % VT;
-      ld2(static_cast<const T*>(ws.AqkT_dO), gi, pD[2 * m], pD[2 * m + 1]);
+      pD[m] = ld_pair(static_cast<const T*>(ws.AqkT_dO), gi);
     }
   };
   // gathers columns [p VT, (p+1) VT) of rows [0, rows) of x from every other block p
@@ -452,17 +453,17 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       for (int m = 0; m < MR; ++m) {
         const int e = 2 * (tid + m * NT_);
         const int r = e / D, i = e % D;
-        sts2(Wr + r * LD + i, pW[2 * m], pW[2 * m + 1]);
-        sts2(Qr + r * LD + i, pQ[2 * m], pQ[2 * m + 1]);
-        sts2(Kr + r * LD + i, pK[2 * m], pK[2 * m + 1]);
-        sts2(Ur + r * LD + i, pU[2 * m], pU[2 * m + 1]);
-        sts2(Or + r * LD + i, pO[2 * m], pO[2 * m + 1]);
+        sts2(Wr + r * LD + i, pW[m]);
+        sts2(Qr + r * LD + i, pQ[m]);
+        sts2(Kr + r * LD + i, pK[m]);
+        sts2(Ur + r * LD + i, pU[m]);
+        sts2(Or + r * LD + i, pO[m]);
       }
       KDA_UNROLL
       for (int m = 0; m < MRV; ++m) {
         const int e = 2 * (tid + m * NT_);
         if (e >= RB * VT) break;
-        sts2(Dr + (e / VT) * LD + c0 + e % VT, pD[2 * m], pD[2 * m + 1]);
+        sts2(Dr + (e / VT) * LD + c0 + e % VT, pD[m]);
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
