@@ -9,9 +9,9 @@
 # BUNDLE  a bundle holding kbench (scripts/device/side_by_side.sh says what a bundle is)
 # KERNEL  a regex on the kernel name, e.g. intra_adjoint or inter_adjoint
 # SHAPE   B:T:H:D:dtype:chunk, e.g. 8:512:12:64:bf16:32
-# OUT     per shape and kernel: NAME.ncu-rep (the report), NAME.source.csv (ncu --page source,
-#         CUDA lines), NAME.sass.csv (SASS lines with their source line), NAME.details.txt
-#         (the sections' summary), profile.log. Clocks are left as they are
+# OUT     per shape and kernel: NAME.ncu-rep (the report), NAME.sass.csv (ncu --page source:
+#         every SASS instruction with its samples by stall reason, under the CUDA line it came
+#         from), NAME.details.txt (the sections' summary), profile.log. Clocks are left as they are
 #         (--clock-control none). NCU_TIMEOUT: seconds per shape (default 240).
 set -uo pipefail
 bundle=${1:?bundle}; out=${2:?out}; kernel=${3:?kernel regex}; shift 3
@@ -29,8 +29,6 @@ for s in "$@"; do
   rep="$out/$name.ncu-rep"
   [ -f "$rep" ] || continue
   ncu -i "$rep" --page details > "$out/$name.details.txt" 2>> "$out/profile.log"
-  ncu -i "$rep" --page source --csv --print-source cuda > "$out/$name.source.csv" 2>> "$out/profile.log" ||
-    echo "source page (cuda) failed" >> "$out/profile.log"
   ncu -i "$rep" --page source --csv --print-source cuda,sass > "$out/$name.sass.csv" 2>> "$out/profile.log" ||
     ncu -i "$rep" --page source --csv --print-source sass > "$out/$name.sass.csv" 2>> "$out/profile.log" ||
     echo "source page (sass) failed" >> "$out/profile.log"
