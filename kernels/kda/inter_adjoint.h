@@ -6,6 +6,33 @@
 
 namespace lt::kda::KDA_BLOCKS_NS {
 
+// The scans' S' update on the tensor-core path: S' = e^gamma S' + acc over a warp's NTILES
+// accumulator tiles (acc[4 u + e]: element e of tile u), then acc = 0. at(u, e, i) gives
+// element e of tile u: its state row i and its index in Sp. Every load is issued before any
+// store, so that the loads are not each ordered behind the previous element's store (a
+// shared-memory round trip each).
+template <int NTILES, class FAt>
+KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at) {
+  KDA_UNROLL
+  for (int u = 0; u < NTILES; ++u) {
+    KDA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      int i;
+      const int x = at(u, e, i);
+      acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
+    }
+  }
+  KDA_UNROLL
+  for (int u = 0; u < NTILES; ++u) {
+    KDA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      int i;
+      Sp[at(u, e, i)] = acc[4 * u + e];
+      acc[4 * u + e] = 0.0f;
+    }
+  }
+}
+
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
 // kTC: products on tensor cores; else fp32 CUDA cores. kLean (FusedArgs::lean_scan == 2, a
@@ -273,10 +300,8 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     if constexpr (!kStatePrefetch)
       if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
     if constexpr (kTC) {
-      // S' = e^gamma S' + acc: every load first, then every store, so that the loads are
-      // not each ordered behind the previous element's store (a shared-memory round trip each)
-      // (X warps hold no S' tiles: warp-uniform.) at(u, e, i): element e of tile u, its row i
-      // and its index in Sp
+      // S' = e^gamma S' + acc (X warps hold no S' tiles: warp-uniform); at(u, e, i): element e
+      // of tile u, its row i and its index in Sp
       if (!kRoles || warp >= NXW) {
         auto at = [&](int u, int e, int& i) {
           const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T + u;  // as in the accumulation above
@@ -285,24 +310,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
           i = (ti / TN) * 16 + r;
           return i * LD + (ti % TN) * 8 + c;
         };
-        KDA_UNROLL
-        for (int u = 0; u < NACC_T; ++u) {
-          KDA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            int i;
-            const int x = at(u, e, i);
-            acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
-          }
-        }
-        KDA_UNROLL
-        for (int u = 0; u < NACC_T; ++u) {
-          KDA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            int i;
-            Sp[at(u, e, i)] = acc[4 * u + e];
-            acc[4 * u + e] = 0.0f;
-          }
-        }
+        update_state_tiles<NACC_T>(Sp, eg, acc, at);
       }
     } else {
       KDA_UNROLL
@@ -572,8 +580,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
     }
     blk.sync();
     if constexpr (kTC) {
-      // every load first, then every store (as in the single-block program); at(u, e, i):
-      // element e of tile u, its row i and its index in Sp
+      // S' = e^gamma S' + acc; at(u, e, i): element e of tile u, its row i and its index in Sp
       auto at = [&](int u, int e, int& i) {
         const int ti = warp * SC::NACC_T + u;
         int r, c;
@@ -581,24 +588,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         i = (ti / TNV) * 16 + r;
         return i * LD + c0 + (ti % TNV) * 8 + c;
       };
-      KDA_UNROLL
-      for (int u = 0; u < SC::NACC_T; ++u) {
-        KDA_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          int i;
-          const int x = at(u, e, i);
-          acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
-        }
-      }
-      KDA_UNROLL
-      for (int u = 0; u < SC::NACC_T; ++u) {
-        KDA_UNROLL
-        for (int e = 0; e < 4; ++e) {
-          int i;
-          Sp[at(u, e, i)] = acc[4 * u + e];
-          acc[4 * u + e] = 0.0f;
-        }
-      }
+      update_state_tiles<SC::NACC_T>(Sp, eg, acc, at);
     } else {
       KDA_UNROLL
       for (int m = 0; m < SC::NACC_S; ++m) {
