@@ -25,6 +25,7 @@ constexpr int bwd_smem_floats() {
 
 template <class Tin, int C, BackwardPart kPart>
 __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
@@ -426,6 +427,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
 // accumulators), then the 8 group sums are added in order. Coalesced 128-byte rows, 16x the
 // threads in flight of one thread per column.
 __global__ void __launch_bounds__(256) rwkv6_du_reduce(const FusedArgs a) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   __shared__ float part[8][33];
   const int64_t H = a.dims.H, D = a.dims.D;
   const int64_t BN = a.dims.B * ((a.dims.T + a.dims.chunk - 1) / a.dims.chunk);
@@ -459,12 +461,12 @@ void launch_bwd_chunk(const FusedArgs& a, cudaStream_t stream) {
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
 
 void launch_du_reduce(const FusedArgs& a, cudaStream_t stream) {
-  LT_LAUNCH(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
-            stream, a);
+  LT_LAUNCH_PDL(rwkv6_du_reduce, dim3(static_cast<unsigned>(a.dims.H), static_cast<unsigned>(a.dims.D / 32)), 256, 0,
+                stream, a);
 }
 
 template void launch_bwd_chunk<float, 16, BackwardPart::all>(const FusedArgs&, cudaStream_t);

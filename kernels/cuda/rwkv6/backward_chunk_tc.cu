@@ -99,6 +99,7 @@ struct BwdLayout {
 
 template <int C, BackwardPart kPart>
 __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
   using S = Shape<C>;
   using Lay = BwdLayout<C>;
@@ -521,7 +522,7 @@ void launch_bwd_chunk_tc(const FusedArgs& a, cudaStream_t stream) {
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
 
 template void launch_bwd_chunk_tc<32, BackwardPart::all>(const FusedArgs&, cudaStream_t);

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/half.h"
 #include "kernels/launch.h"
 #include "kernels/rwkv6.h"

@@ -14,6 +14,7 @@ constexpr int fwd_output_smem_floats() {
 
 template <class Tin, int C>
 __global__ void __launch_bounds__(kThreads) rwkv6_fwd_output(const FusedArgs a) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
   float* q_s = smem;                        // q, then q~
@@ -168,6 +169,7 @@ struct FwdLayout {
 
 template <int C>
 __global__ void __launch_bounds__(256, 2) rwkv6_fwd_output_tc(const FusedArgs a) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   using S = Shape<C>;
   using Lay = FwdLayout<C>;
   constexpr int NB = S::NB;
@@ -310,7 +312,7 @@ void launch_fwd_output(const FusedArgs& a, cudaStream_t stream) {
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
 
 template <int C>
@@ -321,7 +323,7 @@ void launch_fwd_output_tc(const FusedArgs& a, cudaStream_t stream) {
   set_smem(kernel, smem, smem_set);
   dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
 
 template void launch_fwd_output<float, 16>(const FusedArgs&, cudaStream_t);

@@ -17,6 +17,7 @@ namespace {
 // registers while the current one is multiplied.
 template <class Tin, int C, int W>
 __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, int z_offset) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   constexpr int LD = W + 1, TM = W / 16, E = C * W / kThreads;
   static_assert(E >= 1 && (C * W) % kThreads == 0, "tile elements per thread");
   extern __shared__ float smem[];
@@ -131,6 +132,7 @@ constexpr int scan_tc_smem_bytes() {
 
 template <int C>
 __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, int z_offset) {
+  ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   using S = Shape<C>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* buf = reinterpret_cast<bf16*>(smem);  // [kScanStages][3][C][kLDB]: x, y, w
@@ -259,7 +261,7 @@ void launch_scan(const FusedArgs& a, int nz, int z_offset, cudaStream_t stream) 
   set_smem(kernel, smem, smem_set);
   const int64_t nt = a.dims.D / W;
   dim3 grid(static_cast<unsigned>(nt * nt), static_cast<unsigned>(a.dims.B * a.dims.H), nz);
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a, z_offset);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a, z_offset);
 }
 
 template <int C>
@@ -270,7 +272,7 @@ void launch_scan_tc(const FusedArgs& a, int nz, int z_offset, cudaStream_t strea
   set_smem(kernel, smem, smem_set);
   const int64_t nt = a.dims.D / 64;
   dim3 grid(static_cast<unsigned>(nt * nt), static_cast<unsigned>(a.dims.B * a.dims.H), nz);
-  LT_LAUNCH(kernel, grid, kThreads, smem, stream, a, z_offset);
+  LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a, z_offset);
 }
 
 template void launch_scan<float, 16, 32>(const FusedArgs&, int, int, cudaStream_t);
