@@ -782,7 +782,7 @@ KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* 
 }
 
 // Accumulates one K slice into Pq (P(q^,k^), s <= r; only when kWithQ) and Pk (P(k^,k^),
-// s < r; its diagonal is not written and the callers mask it). Needs sq, sk, gs and
+// s < r; its diagonal may be written and the callers mask it). Needs sq, sk, gs and
 // xq = row_to_block_start(sq), xk = row_to_block_start(sk); y is scratch for C-16 rows.
 // Diagonal sub-blocks elementwise (CUDA cores); off-diagonal ones as products of the
 // factored operands (tensor cores when kTC). Ends with a sync.
@@ -790,29 +790,35 @@ template <class G, bool kTC, bool kSplit, bool kWithQ, class Blk>
 KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const float* gs, const float* xq,
                                const float* xk, float* y, float* Pq, float* Pk) {
   constexpr int KS = G::KS, LS = G::LS, LC = G::LC;
-  // Diagonal sub-blocks: only the kStrict pairs s < r of each are enumerated, and each pair's
-  // KS columns are split over kSplitC adjacent lanes (combined by shuffles), so that the
-  // lanes stay busy (one thread per (r, s) of the full 16 x 16 square leaves 47 % of them
-  // idle on s > r). The diagonal s = r (P(q^,k^) only: the callers mask Pk's) is one item a
-  // row after the pairs, its kSplitC partials summed in the lane in the order the shuffles
-  // sum them, so each score is the one the pair form gives, bit for bit. With 120 pairs a
-  // sub-block (not the 136 of s <= r) the items fill whole passes of the block's threads:
-  // 480 + 32 = 512 at C = 32 and 256 threads (two passes, where the pairs s <= r took a third
-  // pass of one busy warp), 960 (+ 64) at C = 64, 480 + 16 at C = 16.
-  constexpr int kStrict = kSub * (kSub - 1) / 2;
+  // Diagonal sub-blocks: only the pairs s < r of each are enumerated, and each pair's KS
+  // columns are split over kSplitC adjacent lanes (combined by shuffles), so that the lanes
+  // stay busy (one thread per (r, s) of the full 16 x 16 square leaves 47 % of them idle on
+  // s > r). The diagonal s = r (P(q^,k^) only: the callers mask Pk's) is, at C >= 32 (kSplitC
+  // = 2), one item a row after the pairs, its kSplitC partials summed in the lane in the order
+  // the shuffles sum them, so each score is the one the pair form gives, bit for bit. With 120
+  // pairs a sub-block the items then fill whole passes of 256 threads: 480 + 32 = 512 at C = 32
+  // (the 136 pairs s <= r took a third pass of one busy warp), 960 + 64 at C = 64 (4 passes, was
+  // 5; without q, 960 on the intra adjoint's 512 threads: 2, was 3). At C = 16 (kSplitC = 4) a
+  // row's diagonal item would be four times a pair's work, on the pass's critical path (measured
+  // slower: docs/notes-kda.md, "2026-12-03 (later)"), so there the pairs s <= r are enumerated
+  // (kIncl), as the diagonal's own split items.
   constexpr int kSplitC = G::C == 16 ? 4 : 2, KC = KS / kSplitC;
-  constexpr int kPairItems = G::NB * kStrict * kSplitC;
-  constexpr int kItems = kPairItems + (kWithQ ? G::C : 0);
+  constexpr bool kIncl = kWithQ && kSplitC != 2;
+  constexpr bool kDiagInLane = kWithQ && !kIncl;
+  constexpr int kPairs = kIncl ? kSub * (kSub + 1) / 2 : kSub * (kSub - 1) / 2;
+  constexpr int kPairItems = G::NB * kPairs * kSplitC;
+  constexpr int kItems = kPairItems + (kDiagInLane ? G::C : 0);
   for (int it = 0; it < (kItems + G::NTHR - 1) / G::NTHR; ++it) {  // uniform: shuffles below
     const int w = blk.tid() + it * G::NTHR;
     const bool pair_item = w < kPairItems;
     const int pair = w / kSplitC, part = w % kSplitC;
-    const int sb = pair / kStrict, q = pair % kStrict;
-    // q = m (m + 1) / 2 + ss with ss <= m: row rr = m + 1 of the sub-block, column ss < rr
+    const int sb = pair / kPairs, q = pair % kPairs;
+    // q = m (m + 1) / 2 + ss with ss <= m: row m (kIncl: s <= r) or m + 1 (s < r), column ss
     int m = static_cast<int>((sqrtf(8.0f * static_cast<float>(q) + 1.0f) - 1.0f) * 0.5f);
     if ((m + 1) * (m + 2) / 2 <= q) ++m;  // exact integer fix-ups of the float estimate
     if (m * (m + 1) / 2 > q) --m;
-    const int r = pair_item ? sb * kSub + m + 1 : 0, s = pair_item ? sb * kSub + q - m * (m + 1) / 2 : 0;
+    const int r = pair_item ? sb * kSub + m + (kIncl ? 0 : 1) : 0;
+    const int s = pair_item ? sb * kSub + q - m * (m + 1) / 2 : 0;
     float aq = 0.0f, ak = 0.0f;
     if (pair_item) {
       KDA_UNROLL
@@ -832,7 +838,7 @@ KDA_DEV void accumulate_scores(Blk& blk, const float* sq, const float* sk, const
       if (kWithQ) Pq[r * LC + s] += aq;
       Pk[r * LC + s] += ak;
     }
-    if constexpr (kWithQ) {
+    if constexpr (kDiagInLane) {
       const int d = w - kPairItems;  // the diagonal item of row d
       if (d >= 0 && d < G::C) {
         float p[kSplitC];

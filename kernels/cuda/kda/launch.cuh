@@ -10,7 +10,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/kda.h"
 #include "kernels/kda_blocks.h"
 #include "kernels/launch.h"
@@ -68,13 +67,13 @@ struct CudaClusterBlk : CudaBlk {
 // One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared
 // template with an explicit __launch_bounds__(NTHR, 1) compiles the intra program to 104
 // registers where __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and is slower
-// (docs/notes-kda.md, "Measurements behind the kernel constants"). Each wrapper begins with
-// pdl_enter() and is launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh), so that a launch
-// overlaps the tail of the kernel before it.
+// (docs/notes-kda.md, "Measurements behind the kernel constants").
+// The launches are plain: with programmatic dependent launch (kernels/cuda/pdl.cuh) the
+// fwd+bwd measured 1.6-2.9 % slower at every long row (docs/notes-kda.md, "2026-12-03
+// (later)").
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
   blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
@@ -83,7 +82,6 @@ __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Forward
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
   blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
@@ -92,7 +90,6 @@ __global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, Backwa
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaBlk blk;
   const int64_t g = blockIdx.x;
   blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), reinterpret_cast<float*>(smem4));
@@ -101,7 +98,6 @@ __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Forwa
 template <class G, class T, bool kTC, bool kLean>
 __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaBlk blk;
   blocks::inter_adjoint_program<G, T, kTC, kLean>(a, ws, blk, blockIdx.x, reinterpret_cast<float*>(smem4));
 }
@@ -111,7 +107,6 @@ template <class G, class T, bool kTC, int NV>
 __global__ void KDA_CLUSTER_DIMS(NV) __launch_bounds__(blocks::SplitCfg<G, NV>::NTHR)
     kda_inter_adjoint_split_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaClusterBlk blk;
   const int64_t g = blockIdx.x;
   blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g / NV, static_cast<int>(g % NV),
@@ -122,7 +117,6 @@ template <class G, class T, bool kTC, bool kLean>  // G = Cfg<D, C>::Adj (512 th
 __global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
     kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
-  pdl_enter();
   CudaBlk blk;
   const int64_t NT = a.dims.NT(), g = blockIdx.x;
   blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
@@ -149,11 +143,11 @@ void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t
   (void)once;
   {
     StageScope st("intra");
-    LT_LAUNCH_PDL(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
+    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
   }
   {
     StageScope st("inter");
-    LT_LAUNCH_PDL(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
+    LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
   }
 }
 
@@ -169,7 +163,7 @@ void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws,
   }();
   (void)once;
   const int64_t BH = a.dims.B * a.dims.H;
-  LT_LAUNCH_PDL(kda_bwd_inter_adjoint_split, dim3(static_cast<unsigned>(NV * BH)), dim3(SC::NTHR), smem, s, a, ws);
+  LT_LAUNCH(kda_bwd_inter_adjoint_split, dim3(static_cast<unsigned>(NV * BH)), dim3(SC::NTHR), smem, s, a, ws);
 }
 
 template <class G, class T, bool kTC>
@@ -204,18 +198,18 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   (void)once;
   if (part != BackwardPart::adjoints) {
     StageScope st("aqk_dO");
-    LT_LAUNCH_PDL(kda_bwd_aqk_dO, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_aq, s, a, ws);
+    LT_LAUNCH(kda_bwd_aqk_dO, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_aq, s, a, ws);
   }
   if (part == BackwardPart::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
     if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
     else if (nv == 2) launch_inter_adjoint_split<G, T, kTC, 2>(a, ws, s);
-    else LT_LAUNCH_PDL(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
+    else LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
   }
   {
     StageScope st("intra_adjoint");
-    LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
+    LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
   }
 }
 
