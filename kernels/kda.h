@@ -192,7 +192,8 @@ struct BackwardWorkspace {
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk over that chunk's rows of
   // Xq / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H] blocks done per head (zeroed by the aqk_dO launch)
+  uint32_t* counters = nullptr;  // [H + B*H] blocks done per head, then the scan's progress per
+                                 // sequence (zeroed by the aqk_dO launch)
 };
 struct WorkspaceBytes {
   size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO

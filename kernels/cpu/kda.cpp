@@ -282,7 +282,7 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
-  w.counters = static_cast<size_t>(dm.H) * sizeof(uint32_t);
+  w.counters = static_cast<size_t>(dm.H + dm.B * dm.H) * sizeof(uint32_t);
   return w;
 }
 
@@ -455,6 +455,16 @@ class EmuBlock {
   uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
   void acquire() { std::atomic_thread_fence(std::memory_order_seq_cst); }
   float load_cg(const float* p) { return *p; }
+  // Scan progress: the twin runs the scan's blocks before the intra adjoint's, so a wait that
+  // finds the count short is a bug in the count, not a race.
+  void publish(uint32_t* counter) { std::atomic_ref<uint32_t>(*counter).fetch_add(1, std::memory_order_release); }
+  void wait_progress(const uint32_t* counter, uint32_t target) {
+    const uint32_t v = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(counter)).load(std::memory_order_acquire);
+    if (v < target)
+      throw std::logic_error("kda twin: scan progress " + std::to_string(v) + " short of " + std::to_string(target));
+  }
+  void allow_dependents() {}  // grids run one after the other
+  void wait_prior_grid() {}
   void prefetch_l2(const void*) {}  // a cache hint: nothing to emulate
   void copy16_async(float* dst, const float* src) { std::memcpy(dst, src, 4 * sizeof(float)); }  // lands at once
   void wait_copies() {}
@@ -560,8 +570,10 @@ void twin_backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
     });
   using GA = typename G::Adj;
   emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, g / NT, g % NT, sm);
-    else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, g / NT, g % NT, sm);
+    int64_t bh, n;
+    blocks::intra_adjoint_chunk(g, NT, BH, bh, n);
+    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, bh, n, sm);
+    else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, bh, n, sm);
   });
 }
 

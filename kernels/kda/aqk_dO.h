@@ -13,7 +13,7 @@ namespace lt::kda::KDA_BLOCKS_NS {
 // reads the chunk's rows of U before it writes them, and no other block touches them). Delta
 // does not depend on the adjoint state, so the reverse scan reads it instead of forming it
 // (docs/notes-kda.md, "2026-12-02: three products off the backward scan"). Also zeroes the
-// intra adjoint's per-head counters.
+// intra adjoint's per-head counters and the scan's progress counters (scan_progress).
 // Shared: A_qk [C][LC], a dO slice [C][LS] (kAqkFloatsFull); lean: also a U slice [C][LS],
 // W [C][LDA] (loaded once) and the V slice of h[n] [D][KS + 8] (row stride 8 mod 32: the
 // (k = t, n = g) B-fragment reads are conflict-free) (kAqkFloats). One pass a V slice: both
@@ -33,8 +33,8 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
   float* Us = dOs + G::SLICE;          // [C][LS] U slice
   float* Ws = Us + G::SLICE;           // [C][LDA] W
   float* Hs = Ws + C * LDA;            // [D][LH] h[n][k][v0 + j] at k LH + j
-  if (bh == 0 && n == 0)
-    for (int64_t i = blk.tid(); i < dm.H; i += NTHR) ws.counters[i] = 0u;
+  if (bh == 0 && n == 0)               // per-head counters [H], then the scan's progress [B*H]
+    for (int64_t i = blk.tid(); i < dm.H + dm.B * dm.H; i += NTHR) ws.counters[i] = 0u;
   const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
   KDA_UNROLL_N(8)
   for (int m = 0; m < C * C / NTHR; ++m) {

@@ -513,6 +513,17 @@ struct ChunkPos {
   KDA_DEV int64_t gam(const Dims&, int col) const { return (bh * NT + n) * D + col; }
 };
 
+// The backward scan's progress for sequence bh (counters[H + bh], zeroed by aqk_dO): each of
+// the scan's nv blocks of the sequence (scan_blocks) adds 1 once a chunk's rows of dDelta,
+// X_k and dgamma_s (full scan: also X_q, X_w) are written, chunks in the scan's order
+// NT - 1, ..., 0. So chunk n is ready for the intra adjoint once the count reaches
+// nv (NT - n); that lets the intra adjoint run beside the scan (programmatic dependent
+// launch) on the SMs the scan leaves idle.
+KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int64_t bh) {
+  return ws.counters + dm.H + bh;
+}
+KDA_DEV int scan_blocks(const FusedArgs& a) { return a.scan_split > 1 ? a.scan_split : 1; }
+
 KDA_DEV float resolved_scale(const FusedArgs& a) {
   return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
 }

@@ -79,6 +79,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
+  blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
 
   for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
   constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
@@ -297,6 +298,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + warp + k * NW] = eg[warp + k * NW] * sum;
     }
     blk.sync();
+    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // chunk n's rows all written
     if constexpr (!kStatePrefetch)
       if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
     if constexpr (kTC) {
@@ -391,6 +393,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
+  blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
 
   for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
   constexpr int kAccN = kTC ? 4 * SC::NACC_T : SC::NACC_S;
@@ -579,6 +582,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * sum;
     }
     blk.sync();
+    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // this block's rows of chunk n written
     if constexpr (kTC) {
       // S' = e^gamma S' + acc; at(u, e, i): element e of tile u, its row i and its index in Sp
       auto at = [&](int u, int e, int& i) {

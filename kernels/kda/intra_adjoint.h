@@ -83,6 +83,10 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   }
   for (int d = tid; d < G::D; d += NTHR) ddt[d] = 0.0f;
   float dA_acc = 0.0f;  // this thread's share of dA_log
+  // Everything above reads the inputs only; from here on the scan's rows of this chunk
+  // (dDelta, X_k, dgamma_s; full scan: X_q, X_w), ready once its nv blocks passed chunk n.
+  if (tid == 0) blk.wait_progress(scan_progress(ws, dm, bh), static_cast<uint32_t>(scan_blocks(a) * (cp.NT - n)));
+  blk.sync();
 
   // ---- P0 (lean scan): X_q = dO S^T and X_w = dDelta S^T with S = h[n], over the chunk's
   // rows of sQ / W (which no launch reads any more). dO and dDelta are staged once as C x D tiles, S in
@@ -423,6 +427,17 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       }
     }
   }
+  // Chunk 0 is the scan's last: its blocks end after the scan's grid has completed, so this
+  // grid completes after it (a launch that follows waits for this grid alone).
+  if (n == 0) blk.wait_prior_grid();
+}
+
+// The intra adjoint's grid (NT B H blocks) in the scan's order: block g takes chunk
+// n = NT - 1 - g / BH of sequence bh = g % BH, so that the blocks that start first (in index
+// order) take the chunks the scan finishes first.
+KDA_DEV void intra_adjoint_chunk(int64_t g, int64_t NT, int64_t BH, int64_t& bh, int64_t& n) {
+  n = NT - 1 - g / BH;
+  bh = g % BH;
 }
 
 }  // namespace lt::kda::KDA_BLOCKS_NS

@@ -60,7 +60,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   Typed U(DType::f32, tile_f32_elems), Kbar(DType::f32, tile_f32_elems);
   Typed aqk(c.dtype, wb.aqk / dtype_size(c.dtype));
   std::vector<float> gam(wb.gamma / 4, NAN), dgs(wb.gamma / 4, NAN), parts(wb.partials / 4, NAN);
-  std::vector<uint32_t> counters(d.H, 0xFFFFFFFFu);
+  std::vector<uint32_t> counters(wb.counters / sizeof(uint32_t), 0xFFFFFFFFu);
   ForwardWorkspace fw;
   fw.W = W.data();
   fw.U = static_cast<float*>(U.data());

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/kda.h"
 #include "kernels/kda_blocks.h"
 #include "kernels/launch.h"
@@ -31,6 +32,34 @@ struct CudaBlk {
   __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
   __device__ void acquire() { __threadfence(); }
   __device__ float load_cg(const float* p) { return __ldcg(p); }
+  // Scan progress (kernels/kda/block_common.h, scan_progress): publish() by one thread after a
+  // block barrier that follows the block's writes (fence, then the add: the grid-barrier
+  // pattern); wait_progress() by one thread, a block barrier after it.
+  __device__ void publish(uint32_t* counter) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+  }
+  __device__ void wait_progress(const uint32_t* counter, uint32_t target) {
+    for (;;) {
+      uint32_t v;
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+      if (v >= target) return;
+      __nanosleep(200);
+    }
+  }
+  // Programmatic dependent launch (kernels/cuda/pdl.cuh): let the next grid of the stream
+  // launch now; wait until the grid before this one has completed and its writes are visible.
+  // Both are no-ops under a plain launch.
+  __device__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  }
+  __device__ void wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
   __device__ void copy16_async(float* dst, const float* src) { tc::cp_async16(dst, src, 16); }
@@ -68,9 +97,10 @@ struct CudaClusterBlk : CudaBlk {
 // template with an explicit __launch_bounds__(NTHR, 1) compiles the intra program to 104
 // registers where __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and is slower
 // (docs/notes-kda.md, "Measurements behind the kernel constants").
-// The launches are plain: with programmatic dependent launch (kernels/cuda/pdl.cuh) the
-// fwd+bwd measured 1.6-2.9 % slower at every long row (docs/notes-kda.md, "2026-12-03
-// (later)").
+// The launches are plain but one: with programmatic dependent launch (kernels/cuda/pdl.cuh)
+// of every kernel, waiting for the whole grid before it, the fwd+bwd measured 1.6-2.9 % slower
+// at every long row (docs/notes-kda.md, "2026-12-03 (later)"). The intra adjoint is launched
+// so, and waits per chunk for the scan's progress instead (launch_backward).
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
@@ -118,8 +148,9 @@ __global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
     kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
-  const int64_t NT = a.dims.NT(), g = blockIdx.x;
-  blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+  int64_t bh, n;
+  blocks::intra_adjoint_chunk(blockIdx.x, a.dims.NT(), a.dims.B * a.dims.H, bh, n);
+  blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
 }
 
 // Dynamic shared memory above 48 KB must be allowed per kernel, once.
@@ -172,6 +203,7 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   const int nv = scan_split(args);
   FusedArgs a = args;
   a.lean_scan = lean_scan(args, nv);  // the same for both parts of a split backward
+  a.scan_split = nv;                  // the intra adjoint counts the scan's blocks (scan_blocks)
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   // the scan's form is compiled into the two adjoint programs (a runtime branch costs the full
   // form 0.4-3.4 %: docs/notes-kda.md, "2026-12-02: three products off the backward scan")
@@ -209,7 +241,10 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   }
   {
     StageScope st("intra_adjoint");
-    LT_LAUNCH(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
+    // launched while the scan runs (programmatic dependent launch: the scan's blocks let it
+    // launch at their start); each block waits for its chunk's scan_progress, so the chunk
+    // programs fill the SMs the scan leaves idle
+    LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
   }
 }
 
