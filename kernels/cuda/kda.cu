@@ -5,11 +5,13 @@
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
 //             where B*H leaves SMs idle) -> intra_adjoint (NT*B*H)                   3 launches
-//             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed)
+//             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed;
+//             the intra adjoint runs beside the scan, each block waiting for its chunk's
+//             scan progress: kernels/kda/block_common.h, scan_progress)
 // Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
 // input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
 // Every output and scratch buffer is fully overwritten (no zero-fills); the only counters
-// (intra adjoint's last-block reduction) are zeroed by the aqk_dO kernel.
+// (intra adjoint's last-block reduction, the scan's progress) are zeroed by the aqk_dO kernel.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
