@@ -1,11 +1,12 @@
 // Programmatic dependent launch (PDL, compute capability 9.0 and up) for chains of kernels in
 // one stream. A kernel launched with LT_LAUNCH_PDL may start while the kernel before it in the
 // stream is still running: its blocks are scheduled onto SMs as the previous grid's blocks
-// retire, and its launch latency overlaps the previous grid's tail. Every kernel launched this
-// way must call pdl_enter() first, before any global-memory access: it waits until the
-// previous grid has completed and its writes are visible (griddepcontrol.wait), then allows
-// the next PDL kernel to launch (griddepcontrol.launch_dependents). A kernel that calls
-// pdl_enter() is correct under a plain launch too (both instructions are then no-ops).
+// retire, and its launch latency overlaps the previous grid's tail. A kernel launched this
+// way calls pdl_enter() first, before any global-memory access: it waits until the previous
+// grid has completed and its writes are visible (pdl_wait), then allows the next PDL kernel to
+// launch (pdl_launch_dependents). (KDA's intra adjoint instead reads per-chunk progress counts
+// that the grid before it publishes, and calls pdl_wait() only before it ends:
+// kernels/kda/intra_adjoint.h.) Both instructions are no-ops under a plain launch.
 //
 // pdl_enabled(): the current device has compute capability >= 9.0 and the environment
 // variable LINTRAIN_PDL is not "0" (read once per process; "0" gives plain launches, for
@@ -21,11 +22,23 @@
 
 namespace lt {
 
-__device__ __forceinline__ void pdl_enter() {
+// Waits until the grid before this one in the stream has completed and its writes are
+// visible (griddepcontrol.wait).
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next PDL grid of the stream launch once every block of this grid has executed this
+// or exited (griddepcontrol.launch_dependents).
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_launch_dependents();
 }
 
 bool pdl_enabled();  // kernels/cuda/pdl.cu
