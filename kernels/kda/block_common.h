@@ -303,6 +303,20 @@ KDA_DEV void frag_rc(int lane, int e, int& r, int& c) {  // C-fragment element e
   r = (lane >> 2) + ((e & 2) ? 8 : 0);
   c = 2 * (lane & 3) + (e & 1);
 }
+// f(u, e, r, c) for the C-fragment elements e < 4 of a group of NG adjacent 16x8 tiles, tile u
+// at (m0, n0 + 8 u): (r, c) the element's row and column in the product.
+template <int NG, class F>
+KDA_DEV void for_group_frags(int lane, int m0, int n0, F f) {
+  KDA_UNROLL
+  for (int u = 0; u < NG; ++u) {
+    KDA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      int r, c;
+      frag_rc(lane, e, r, c);
+      f(u, e, m0 + r, n0 + 8 * u + c);
+    }
+  }
+}
 // hi / lo TF32 parts of one operand value
 KDA_DEV void tf32_split(float x, uint32_t& hi, uint32_t& lo) {
   hi = tf32_round(x);

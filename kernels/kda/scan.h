@@ -89,25 +89,35 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);
     }
     if constexpr (kTC) {
-      // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV], one warp per tile
-      constexpr int NTN = BV / 8, NTILE = (C / 16) * NTN;
-      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
-        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
-        float ws_[4] = {0.0f, 0.0f, 0.0f, 0.0f}, oo[4];
-        for (int e = 0; e < 4; ++e) {
-          int r, c;
-          frag_rc(lane, e, r, c);
-          oo[e] = Os[(m0 + r) * LBV + n0 + c];
-        }
-        mma_acc2<kSplit>(
-            blk, ws_, oo, D, [&](int r, int k) { return Ws[(m0 + r) * LDA + k]; },
-            [&](int r, int k) { return Qs[(m0 + r) * LDA + k]; }, [&](int k, int c) { return S[k * LBV + n0 + c]; });
-        for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 of row r
-          int r, c;
-          frag_rc(lane, e, r, c);
-          Ds[(m0 + r) * LBV + n0 + c] = Us[(m0 + r) * LBV + n0 + c] - ws_[e];
-          Ds[(m0 + r) * LBV + n0 + c + 1] = Us[(m0 + r) * LBV + n0 + c + 1] - ws_[e + 1];
-          if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + n0 + c, oo[e], oo[e + 1]);
+      // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV]; a warp takes a group of NG1
+      // adjacent tiles of one row block, so each W / Qp fragment it loads serves NG1 tiles
+      // (the step is bound by shared-memory loads: -6..-29 % forward scan time, docs/notes-kda.md,
+      // "the forward scan's products in tile groups"). Pairs where the pairs still give every
+      // warp a group (D64 C64, D128 C64), else one tile. Each tile's sum is formed as with one
+      // tile a warp: the same operands, the same k order (bit-identical).
+      constexpr int NTN = BV / 8, NG1 = (C / 16) * (NTN / 2) >= NT_ / 32 ? 2 : 1, NGRP = (C / 16) * (NTN / NG1);
+      for (int gi = warp; gi < NGRP; gi += NT_ / 32) {
+        const int m0 = (gi / (NTN / NG1)) * 16, n0 = (gi % (NTN / NG1)) * 8 * NG1;
+        float acc[2 * NG1 * 4];  // [W S | Qp S][u][e]: tile (i, u) at acc + 4 (i NG1 + u)
+        for_group_frags<NG1>(lane, m0, n0, [&](int u, int e, int r, int c) {
+          acc[4 * u + e] = 0.0f;
+          acc[4 * (NG1 + u) + e] = Os[r * LBV + c];
+        });
+        mma_acc_block<kSplit, 2, NG1>(
+            blk, acc, D, [&](int i, int r, int k) { return (i == 0 ? Ws : Qs)[(m0 + r) * LDA + k]; },
+            [&](int u, int k, int c) { return S[k * LBV + n0 + 8 * u + c]; });
+        KDA_UNROLL
+        for (int u = 0; u < NG1; ++u) {
+          const float* ws_ = acc + 4 * u;
+          const float* oo = acc + 4 * (NG1 + u);
+          for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 of row r
+            int r, c;
+            frag_rc(lane, e, r, c);
+            const int j = n0 + 8 * u + c;
+            Ds[(m0 + r) * LBV + j] = Us[(m0 + r) * LBV + j] - ws_[e];
+            Ds[(m0 + r) * LBV + j + 1] = Us[(m0 + r) * LBV + j + 1] - ws_[e + 1];
+            if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + j, oo[e], oo[e + 1]);
+          }
         }
       }
     } else {
@@ -136,24 +146,20 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     }
     blk.sync();  // Delta complete; everybody done reading S
     if constexpr (kTC) {
-      // S <- e^gamma S + Kbar^T Delta: 16x8 tiles of [D x BV]; each warp owns its tiles of S
-      constexpr int NTN = BV / 8, NTILE = (D / 16) * NTN;
-      for (int ti = warp; ti < NTILE; ti += NT_ / 32) {
-        const int m0 = (ti / NTN) * 16, n0 = (ti % NTN) * 8;
-        float acc[4];
-        for (int e = 0; e < 4; ++e) {
-          int r, c;
-          frag_rc(lane, e, r, c);
-          acc[e] = eg[m0 + r] * S[(m0 + r) * LBV + n0 + c];
-        }
-        mma_acc<kSplit>(
-            blk, acc, C, [&](int r, int k) { return Ks[k * LDA + m0 + r]; },
-            [&](int k, int c) { return Ds[k * LBV + n0 + c]; });
-        for (int e = 0; e < 4; ++e) {
-          int r, c;
-          frag_rc(lane, e, r, c);
-          S[(m0 + r) * LBV + n0 + c] = acc[e];
-        }
+      // S <- e^gamma S + Kbar^T Delta: 16x8 tiles of [D x BV]; each warp owns its tiles of S,
+      // in groups of the NG2 = BV / 8 tiles of one row block where the row blocks give every
+      // warp a group (one Kbar^T fragment load serves NG2 tiles; each tile's sum formed as
+      // with one tile a warp)
+      constexpr int NTN = BV / 8, NG2 = D / 16 >= NT_ / 32 ? NTN : 1, NGRP = (D / 16) * (NTN / NG2);
+      for (int gi = warp; gi < NGRP; gi += NT_ / 32) {
+        const int m0 = (gi / (NTN / NG2)) * 16, n0 = (gi % (NTN / NG2)) * 8 * NG2;
+        float acc[NG2 * 4];  // tile u at acc + 4 u
+        for_group_frags<NG2>(lane, m0, n0,
+                             [&](int u, int e, int r, int c) { acc[4 * u + e] = eg[r] * S[r * LBV + c]; });
+        mma_acc_block<kSplit, 1, NG2>(
+            blk, acc, C, [&](int, int r, int k) { return Ks[k * LDA + m0 + r]; },
+            [&](int u, int k, int c) { return Ds[k * LBV + n0 + 8 * u + c]; });
+        for_group_frags<NG2>(lane, m0, n0, [&](int u, int e, int r, int c) { S[r * LBV + c] = acc[4 * u + e]; });
       }
     } else {
       constexpr int RG = NT_ / BV, IM = D / RG;
