@@ -54,8 +54,6 @@ struct CudaBlk {
   __device__ void wait_prior_grid() { pdl_wait(); }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
-  __device__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma(d, a, b); }
-  __device__ uint32_t pack_bf16x2(float lo, float hi) { return tc::pack_bf16x2_rn(lo, hi); }
   __device__ void copy16_async(float* dst, const float* src) { tc::cp_async16(dst, src, 16); }
   __device__ void wait_copies() {
     tc::cp_async_commit();
