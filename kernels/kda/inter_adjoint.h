@@ -338,19 +338,28 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 // transposed products: block t also owns the K rows [t VT, (t+1) VT) and computes X_k and
 // dgamma_s for them over the full V width, from
 //   S     its own rows, loaded from the saved trajectory h[n] (dgamma_s only);
-//   S'    a full copy per block: after each chunk's update every block gathers the other
-//         blocks' columns from their shared memory (DSMEM);
+//   S'    its own columns (all rows: phase A reads them) and its own rows (all columns: X_k
+//         and dgamma_s read them). After each chunk's update a block exports the rows of its
+//         columns that the peers own to a double-buffered export tile E, and every block
+//         gathers its own rows of the other columns from the peers' E (DSMEM);
 //   Delta the full rows, from global memory (aqk_dO formed it);
-//   dDelta of the row block: gathered likewise after each row block's phase A.
+//   dDelta its own columns only (phase A writes them, phase B's S' accumulator reads them).
 // No partial sums: every output element is computed by one block, with the same operands in
 // the same order as the single-block program, so the results are bit-identical to it.
-// Per row block: prefetched rows -> sync -> A (dDelta: own columns) -> cluster sync ->
-// gather -> sync -> B (X_k: own rows; S' accumulator: own columns) -> cluster sync (the
-// peers' gathers of this block's dDelta done; every block's reads of the saved rows done,
-// so X_k may go over Kbar). The split scan is always lean (FusedArgs::lean_scan: Delta from
-// aqk_dO, X_q and X_w from the intra adjoint). Blk provides cluster_sync() (barrier of all
-// the cluster's threads, with release / acquire of their shared-memory writes) and
-// peer(p, rank) (the address of p in block `rank`'s shared memory).
+// One cluster barrier a chunk. Per row block: prefetched rows -> sync -> A (dDelta: own
+// columns) -> sync -> B (X_k: own rows, into the staging tile Xs; S' accumulator: own
+// columns) -> sync. Per chunk: dgamma_s -> sync -> S' update (own columns; export to
+// E[n % 2]) -> cluster sync -> gather from the peers' E[n % 2]; X_k from Xs to global ->
+// sync -> publish. Why that is race-free:
+//   X_k goes over Kbar (ws.Xk aliases it) only after the cluster sync of chunk n, which every
+//     peer reaches after its last read of chunk n's Kbar rows (they are prefetched a row
+//     block ahead, never further).
+//   A peer reads E[n % 2] between the cluster syncs of chunks n and n - 1; this block writes
+//     E[n % 2] again at chunk n - 2, after the cluster sync of chunk n - 1.
+// The split scan is always lean (FusedArgs::lean_scan: Delta from aqk_dO, X_q and X_w from
+// the intra adjoint). Blk provides cluster_sync() (barrier of all the cluster's threads, with
+// release / acquire of their shared-memory writes) and peer(p, rank) (the address of p in
+// block `rank`'s shared memory).
 template <class G, int NV_>
 struct SplitCfg {
   static constexpr int D = G::D, C = G::C, NV = NV_;
@@ -367,7 +376,8 @@ struct SplitCfg {
   static_assert(NV == 2 || NV == 4);
   static_assert(VT % 8 == 0 && (D / 16) * TNV % NW == 0 && (D * VT) % NTHR == 0);
   static_assert((D * VT) % (2 * NTHR) == 0 && (RB * D) % (2 * NTHR) == 0 && NTHR >= D);
-  static constexpr int kFloats = 2 * D * LD + 6 * RB * LD + D;
+  static constexpr int LX = VT + 4;  // row stride of Xs and E: 4 mod 32, fragment stores conflict-free
+  static constexpr int kFloats = VT * LD + D * LD + 6 * RB * LD + 2 * (D - VT) * LX + C * LX + D;
 };
 
 template <class G, class T, bool kTC, int NV, class Blk>
@@ -381,15 +391,18 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const int c0 = vt * VT;  // own columns [c0, c0 + VT) and own K rows [c0, c0 + VT)
   const T* dO = static_cast<const T*>(a.dO);
-  float* S = smem;           // [D][LD]  h[n]: own rows (all columns)
-  float* Sp = S + D * LD;    // [D][LD]  S' (all columns; own columns computed here)
-  float* Wr = Sp + D * LD;   // [RB][LD] W rows
-  float* Qr = Wr + RB * LD;  // [RB][LD] scale Q~ rows
-  float* Kr = Qr + RB * LD;  // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;  // [RB][LD] Delta rows (formed by aqk_dO)
-  float* Or = Ur + RB * LD;  // [RB][LD] dO
-  float* Dr = Or + RB * LD;  // [RB][LD] A_qk^T dO -> dDelta (own columns; the rest gathered)
-  float* eg = Dr + RB * LD;  // [D]
+  constexpr int LX = SC::LX;
+  float* S = smem;                    // [VT][LD] h[n]: own rows (all columns)
+  float* Sp = S + VT * LD;            // [D][LD]  S': own columns computed here, own rows' other columns gathered
+  float* Wr = Sp + D * LD;            // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;           // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;           // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;           // [RB][LD] Delta rows (formed by aqk_dO)
+  float* Or = Ur + RB * LD;           // [RB][LD] dO
+  float* Dr = Or + RB * LD;           // [RB][LD] A_qk^T dO -> dDelta (own columns)
+  float* E = Dr + RB * LD;            // [2][D - VT][LX] export: own columns of the peers' rows (erow)
+  float* Xs = E + 2 * (D - VT) * LX;  // [C][LX] X_k of the chunk: own K rows (columns of Xs)
+  float* eg = Xs + C * LX;            // [D]
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -438,14 +451,20 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       pD[m] = ld_pair(static_cast<const T*>(ws.AqkT_dO), gi);
     }
   };
-  // gathers columns [p VT, (p+1) VT) of rows [0, rows) of x from every other block p
-  auto gather = [&](float* x, int rows) {
+  // E row of state row i (not of the rows [o, o + VT) its block owns)
+  auto erow = [](int i, int o) { return i < o ? i : i - VT; };
+  // S'[i][j] of the own columns, written by this thread: exported when row i is a peer's
+  auto export_elem = [&](float* Eb, int i, int j, float v) {
+    if (i < c0 || i >= c0 + VT) Eb[erow(i, c0) * LX + j - c0] = v;
+  };
+  // own rows of columns [p VT, (p+1) VT) from every other block p's export tile Eb
+  auto gather = [&](float* Eb) {
     for (int p = 1; p < NV; ++p) {
       const int src = (vt + p) % NV;
-      const float* px = blk.peer(x, src);
-      for (int e = tid; e < rows * VT / 4; e += NT_) {
-        const int r = e / (VT / 4), cc = src * VT + (e % (VT / 4)) * 4;
-        copy4(x + r * LD + cc, px + r * LD + cc);
+      const float* pe = blk.peer(Eb, src);
+      for (int e = tid; e < VT * VT / 4; e += NT_) {
+        const int i = c0 + e / (VT / 4), cc = (e % (VT / 4)) * 4;
+        copy4(Sp + i * LD + src * VT + cc, pe + erow(i, src * VT) * LX + cc);
       }
     }
   };
@@ -455,7 +474,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
     KDA_UNROLL
     for (int m = 0; m < MS; ++m) {
       const int e = 2 * (tid + m * NT_);
-      sts2(S + (c0 + e / D) * LD + e % D, pSr[2 * m], pSr[2 * m + 1]);
+      sts2(S + (e / D) * LD + e % D, pSr[2 * m], pSr[2 * m + 1]);
     }
     if (tid < D) eg[tid] = expf(pE);
     for (int rb = 0; rb < C / RB; ++rb) {
@@ -515,9 +534,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
           st(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd);
         }
       }
-      blk.cluster_sync();  // every block's dDelta columns written; saved rows all read
-      gather(Dr, RB);
-      blk.sync();
+      blk.sync();  // dDelta of the own columns written
       // ---- B: X_k = Delta S'^T on the own K rows (full V); S' accumulator += scale Q~^T dO -
       // W^T dDelta on the own columns ----------------------------------------------------------
       if constexpr (kTC) {
@@ -531,7 +548,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
           for (int e = 0; e < 4; e += 2) {
             int r, c;
             frag_rc(lane, e, r, c);
-            st2(ws.Xk, (row0 + m0 + r) * D + n0 + c, x[e], x[e + 1]);
+            sts2(Xs + (rb * RB + m0 + r) * LX + n0 - c0 + c, x[e], x[e + 1]);
           }
         }
         KDA_UNROLL
@@ -550,7 +567,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
           const int r = e / VT, i = c0 + e % VT;
           float xk = 0.0f;
           for (int j = 0; j < D; ++j) xk += Ur[r * LD + j] * Sp[i * LD + j];
-          st(ws.Xk, (row0 + r) * D + i, xk);
+          Xs[(rb * RB + r) * LX + i - c0] = xk;
         }
         KDA_UNROLL
         for (int m = 0; m < SC::NACC_S; ++m) {
@@ -561,7 +578,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
           acc[m] += s;
         }
       }
-      blk.cluster_sync();  // the peers' gathers of Dr done: row tiles free for the next step
+      if (rb + 1 < C / RB) blk.sync();  // row tiles free for the next row block
     }
     // dgamma_s = e^gamma * sum_v S S' on the own K rows: a warp's VT / NW rows
     // i = c0 + warp + k NW, reduced at once (as in the single-block program: the same sums)
@@ -574,15 +591,15 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         const int i = c0 + warp + k * NW;
         s[k] = 0.0f;
         KDA_UNROLL
-        for (int j = lane; j < D; j += 32) s[k] += S[i * LD + j] * Sp[i * LD + j];
+        for (int j = lane; j < D; j += 32) s[k] += S[(i - c0) * LD + j] * Sp[i * LD + j];
       }
       int k;
       const float sum = warp_sum_rows<RW>(blk, s, lane, k);
       const int i = c0 + warp + k * NW;
       if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + i] = eg[i] * sum;
     }
-    blk.sync();
-    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // this block's rows of chunk n written
+    blk.sync();  // S' read by B and dgamma_s: the own columns may be updated
+    float* Eb = E + (n & 1) * (D - VT) * LX;
     if constexpr (kTC) {
       // S' = e^gamma S' + acc; at(u, e, i): element e of tile u, its row i and its index in Sp
       auto at = [&](int u, int e, int& i) {
@@ -593,6 +610,17 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         return i * LD + c0 + (ti % TNV) * 8 + c;
       };
       update_state_tiles<SC::NACC_T>(Sp, eg, acc, at);
+      if (n > 0) {  // this thread's updated elements, to the export tile
+        KDA_UNROLL
+        for (int u = 0; u < SC::NACC_T; ++u) {
+          KDA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            int i;
+            const int x = at(u, e, i);
+            export_elem(Eb, i, x - i * LD, Sp[x]);
+          }
+        }
+      }
     } else {
       KDA_UNROLL
       for (int m = 0; m < SC::NACC_S; ++m) {
@@ -600,13 +628,17 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         const int i = e / VT, j = c0 + e % VT;
         Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
         acc[m] = 0.0f;
+        if (n > 0) export_elem(Eb, i, j, Sp[i * LD + j]);
       }
     }
-    if (n > 0) {
-      blk.cluster_sync();  // every block's S' columns updated
-      gather(Sp, D);       // (a peer updates its columns again only after the next chunk's cluster syncs)
+    blk.cluster_sync();  // every block's exports written; every block's reads of chunk n's Kbar done
+    if (n > 0) gather(Eb);
+    for (int e = tid; e < C * VT / 4; e += NT_) {  // X_k of chunk n over its Kbar rows
+      const int r = e / (VT / 4), cc = (e % (VT / 4)) * 4;
+      copy4(ws.Xk + (bh * Tp + n * C + r) * D + c0 + cc, Xs + r * LX + cc);
     }
     blk.sync();
+    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // this block's rows of chunk n written
   }
   if (a.dh0)
     for (int e = tid; e < D * VT; e += NT_) {
