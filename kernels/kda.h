@@ -240,6 +240,9 @@ void check_fused_args(const FusedArgs& a);
 void check_fused_args(const FusedArgs& a, BackwardPart part);
 void check_workspace(const ForwardWorkspace& ws);
 void check_workspace(const BackwardWorkspace& ws, BackwardPart part);
+// Throw std::invalid_argument when (D, C, dtype, tensor_cores) is not a compiled line of
+// kernels/kda/instances.def (the simt variant without -DLINTRAIN_KDA_SIMT=ON).
+void check_compiled(const FusedArgs& a);
 
 // CPU twins (emulated thread blocks; slow: for tests at small shapes).
 void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws);

@@ -6,7 +6,7 @@
 //   aqk_dO.h          aqk_dO         (backward, first launch)
 //   inter_adjoint.h   inter adjoint  (backward reverse scan; one block, or a cluster split over V)
 //   intra_adjoint.h   intra adjoint  (backward, chunk-parallel)
-// and, here, the host-side dispatch over the instantiated configurations.
+// (the compiled configurations and their dispatch: kernels/kda/instances.h).
 //
 // Chunk algorithm (per (b, h), chunk n of C rows r, s; L = valid rows of the chunk):
 //   Gamma_r = sum_{s<=r} g_s (chunk-local, fp32; kept in log2 units inside the programs so
@@ -61,27 +61,3 @@
 #include "kernels/kda/intra.h"
 #include "kernels/kda/intra_adjoint.h"
 #include "kernels/kda/scan.h"
-
-namespace lt::kda::KDA_BLOCKS_NS {
-
-// ---- host-side dispatch over the instantiated configurations ---------------------------
-// f.template operator()<Cfg<D, C>, T>() for the runtime chunk and dtype at head dim D (the CUDA
-// path compiles each head dim in its own translation unit); callers validated them.
-template <int D, class F>
-inline void dispatch_chunk(const Dims& dm, DType dtype, F&& f) {
-  auto with_dtype = [&]<int C>() {
-    if (dtype == DType::bf16) f.template operator()<Cfg<D, C>, bfloat16>();
-    else f.template operator()<Cfg<D, C>, float>();
-  };
-  if (dm.C == 16) with_dtype.template operator()<16>();
-  else if (dm.C == 32) with_dtype.template operator()<32>();
-  else with_dtype.template operator()<64>();
-}
-// The same for the runtime (D, C, dtype).
-template <class F>
-inline void dispatch_config(const Dims& dm, DType dtype, F&& f) {
-  if (dm.D == 64) dispatch_chunk<64>(dm, dtype, f);
-  else dispatch_chunk<128>(dm, dtype, f);
-}
-
-}  // namespace lt::kda::KDA_BLOCKS_NS

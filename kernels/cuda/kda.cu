@@ -1,6 +1,7 @@
 // KDA fused CUDA path: the entry points. The __global__ wrappers around the block programs of
-// kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs) and the
-// launch sequences are in kernels/cuda/kda/launch.cuh, compiled a head dim and pass a file.
+// kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda/twin.h run the same programs) and the
+// launch sequences are in kernels/cuda/kda/launch.cuh, compiled one configuration of
+// kernels/kda/instances.def and pass a file.
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
@@ -21,6 +22,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/kda.h"
+#include "kernels/kda/instances.h"
 
 namespace lt::kda {
 namespace cuda_launch {
@@ -74,17 +76,19 @@ int lean_scan(const FusedArgs& a, int nv) {
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {
   check_fused_args(a);
   check_workspace(ws);
+  check_compiled(a);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (a.dims.D == 64) cuda_launch::forward<64>(a, ws, s);
-  else cuda_launch::forward<128>(a, ws, s);
+  dispatch_instance(a.dims.D, a.dims.C, a.dtype, a.tensor_cores,
+                    [&]<int D, int C, class T, bool kTC>() { cuda_launch::forward<D, C, T, kTC>(a, ws, s); });
 }
 
 void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream, BackwardPart part) {
   check_fused_args(a, part);
   check_workspace(ws, part);
+  check_compiled(a);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (a.dims.D == 64) cuda_launch::backward<64>(a, ws, s, part);
-  else cuda_launch::backward<128>(a, ws, s, part);
+  dispatch_instance(a.dims.D, a.dims.C, a.dtype, a.tensor_cores,
+                    [&]<int D, int C, class T, bool kTC>() { cuda_launch::backward<D, C, T, kTC>(a, ws, s, part); });
 }
 
 }  // namespace lt::kda

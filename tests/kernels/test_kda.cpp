@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/kda.h"
+#include "kernels/kda/instances.h"
 #include "tests/support/kda_testing.h"
 
 using namespace lt;
@@ -224,6 +226,7 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
+    if (skip_uncompiled(c)) continue;
     const Data x = make_data(c, seed + i % (cases.size() / 2));
     const Result ref = run_naive(c, x);
     const Result got = run_fused_twin(c, x);
@@ -299,6 +302,7 @@ TEST_CASE(
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
     Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
+    if (skip_uncompiled(c)) continue;
     c.lean = 2;
     const Data x = make_data(c, seed + i);
     const Result got = run_fused_twin(c, x);
@@ -334,6 +338,7 @@ TEST_CASE(
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
     Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
+    if (skip_uncompiled(c)) continue;
     const Data x = make_data(c, seed + i);
     c.split = 1;
     c.lean = 2;  // a split scan is lean: the single-block scan in the same form
@@ -349,5 +354,46 @@ TEST_CASE(
       INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
       CHECK(b.differ == 0);
     }
+  }
+}
+
+TEST_CASE("KDA instances: every configuration the engine can ask for is compiled, and the dispatch finds it",
+          "[kda][instances]") {
+  using lt::kda::dispatch_instance;
+  using lt::kda::instance_compiled;
+  using lt::kda::kInstances;
+  // Each (D, C, dtype) the argument checks accept, with tensor-core scans (what the engine
+  // launches): compiled, and the dispatch calls the instance with those template arguments.
+  for (int D : {64, 128})
+    for (int C : {16, 32, 64})
+      for (DType dt : {DType::f32, DType::bf16}) {
+        INFO("D " << D << " C " << C << " " << dtype_name(dt));
+        CHECK(instance_compiled(D, C, dt, true));
+        int calls = 0;
+        const bool found = dispatch_instance(D, C, dt, true, [&]<int D_, int C_, class T, bool kTC>() {
+          ++calls;
+          CHECK(D_ == D);
+          CHECK(C_ == C);
+          CHECK((std::is_same_v<T, float> ? DType::f32 : DType::bf16) == dt);
+          CHECK(kTC);
+        });
+        CHECK(found);
+        CHECK(calls == 1);
+      }
+  // The chunk the engine picks (fused_chunk) over the shapes it meets is always one of them.
+  for (int64_t bh : {1, 4, 8, 9, 96, 4096})
+    for (int64_t T : {1, 16, 17, 32, 33, 512, 32768})
+      for (int D : {64, 128})
+        for (DType dt : {DType::f32, DType::bf16}) CHECK(instance_compiled(D, lt::kda::fused_chunk(bh, T, D, dt), dt, true));
+  // Not compiled: the dispatch calls nothing; the entry points refuse with the reason.
+  CHECK_FALSE(instance_compiled(96, 32, DType::f32, true));
+  CHECK_FALSE(dispatch_instance(96, 32, DType::f32, true, [&]<int, int, class, bool>() { FAIL("called"); }));
+  int simt_lines = 0;
+  for (const auto& i : kInstances) simt_lines += i.tensor_cores ? 0 : 1;
+  CHECK(simt_lines == 12);
+  Case c = make_case({1, 20, 1, 64, 16}, false, false, false, DType::f32, true);
+  if (!instance_compiled(64, 16, DType::f32, false)) {
+    const Data x = make_data(c, 1);
+    CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("LINTRAIN_KDA_SIMT=ON"));
   }
 }

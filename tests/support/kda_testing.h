@@ -16,6 +16,7 @@
 #include "engine/tensor.h"
 #include "kernels/half.h"
 #include "kernels/kda.h"
+#include "kernels/kda/instances.h"
 #include "tests/support/compare.h"
 #include "tests/support/test_seed.h"
 
@@ -57,6 +58,15 @@ inline Case make_case(Dims d, bool h0, bool dht, bool lb, DType dt, bool simt = 
   c.dtype = dt;
   c.simt = simt;
   return c;
+}
+
+// True, after printing a SKIPPED line, when the case's fused variant is not compiled into
+// this build (the simt variant without -DLINTRAIN_KDA_SIMT=ON: kernels/kda/instances.def).
+inline bool skip_uncompiled(const Case& c) {
+  if (lt::kda::instance_compiled(c.dims.D, c.dims.C, c.dtype, !c.simt)) return false;
+  std::printf("[kda] SKIPPED %s: the simt variant is not compiled (configure with -DLINTRAIN_KDA_SIMT=ON)\n",
+              c.name().c_str());
+  return true;
 }
 
 // All inputs in double (Data). With dtype bf16 the [B,T,H,*] inputs and dO are rounded to

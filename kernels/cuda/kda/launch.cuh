@@ -1,8 +1,8 @@
 // KDA fused CUDA path: thin __global__ wrappers around the block programs of
-// kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda.cpp run the same programs) and the
-// launch sequence of each pass. Included by the four translation units that instantiate it,
-// one a head dim and pass (kernels/cuda/kda/{forward,backward}_d{64,128}.cu); the launches:
-// kernels/cuda/kda.cu.
+// kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda/twin.h run the same programs) and the
+// launch sequence of each pass. Included by the generated translation units that instantiate
+// forward<D, C, T, kTC> or backward<...> for one line of kernels/kda/instances.def each
+// (kernels/CMakeLists.txt); the entry points: kernels/cuda/kda.cu.
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -242,20 +242,14 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
 
 }  // namespace
 
-template <int D>
+template <int D, int C, class T, bool kTC>
 void forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
-  blocks::dispatch_chunk<D>(a.dims, a.dtype, [&]<class G, class T>() {
-    if (a.tensor_cores) launch_forward<G, T, true>(a, ws, s);
-    else launch_forward<G, T, false>(a, ws, s);
-  });
+  launch_forward<blocks::Cfg<D, C>, T, kTC>(a, ws, s);
 }
 
-template <int D>
+template <int D, int C, class T, bool kTC>
 void backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
-  blocks::dispatch_chunk<D>(a.dims, a.dtype, [&]<class G, class T>() {
-    if (a.tensor_cores) launch_backward<G, T, true>(a, ws, s, part);
-    else launch_backward<G, T, false>(a, ws, s, part);
-  });
+  launch_backward<blocks::Cfg<D, C>, T, kTC>(a, ws, s, part);
 }
 
 }  // namespace lt::kda::cuda_launch

@@ -1,0 +1,179 @@
+// The CPU executor of the KDA block programs (kernels/kda/block_common.h states the contract
+// a Blk fulfils): an emulated thread block of NTHR host threads, warps of 32 emulated lanes,
+// tensor-core products computed from gathered fragments, and grids run block after block
+// (clusters: their blocks at once) with NaN-filled shared memory.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/half.h"
+
+namespace lt::kda::emu {
+
+// An emulated CUDA thread block: NTHR host threads run the same block program;
+// sync() is a std::barrier over all of them, warp_sum() exchanges through a per-warp
+// buffer between two per-warp barriers (every lane sums the 32 values in lane order).
+struct WarpExchange {
+  static constexpr int kSlot = 10;  // floats per lane: mma a[4], b[2], c[4]
+  explicit WarpExchange(int nwarps) : vals(static_cast<size_t>(nwarps) * 32 * kSlot) {
+    for (int w = 0; w < nwarps; ++w) bars.push_back(std::make_unique<std::barrier<>>(32));
+  }
+  std::vector<float> vals;
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+};
+
+class EmuBlock {
+ public:
+  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx) : tid_(tid), bar_(bar), wx_(wx) {}
+  // A block of a cluster: cluster_bar spans all the cluster's threads; smem_bases[r] is the
+  // shared memory of the cluster's block r (this block is `rank`).
+  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx, std::barrier<>* cluster_bar, float* const* smem_bases,
+           int rank)
+      : tid_(tid), bar_(bar), wx_(wx), cluster_bar_(cluster_bar), smem_bases_(smem_bases), rank_(rank) {}
+  int tid() const { return tid_; }
+  void sync() { bar_->arrive_and_wait(); }
+  void cluster_sync() { cluster_bar_->arrive_and_wait(); }
+  float* peer(float* p, int rank) { return smem_bases_[rank] + (p - smem_bases_[rank_]); }
+  float warp_sum(float v) {
+    const int w = tid_ / 32;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * WarpExchange::kSlot];
+    x[(tid_ % 32) * WarpExchange::kSlot] = v;
+    wx_->bars[w]->arrive_and_wait();
+    float s = 0.0f;
+    for (int l = 0; l < 32; ++l) s += x[l * WarpExchange::kSlot];
+    wx_->bars[w]->arrive_and_wait();
+    return s;
+  }
+  // __shfl_xor_sync over the full warp: every lane gets the value of lane ^ mask.
+  float shfl_xor(float v, int mask) {
+    const int w = tid_ / 32, lane = tid_ % 32;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * WarpExchange::kSlot];
+    x[lane * WarpExchange::kSlot] = v;
+    wx_->bars[w]->arrive_and_wait();
+    const float got = x[(lane ^ mask) * WarpExchange::kSlot];
+    wx_->bars[w]->arrive_and_wait();
+    return got;
+  }
+  // mma.sync.m16n8k8 tf32 of the warp: every lane deposits its fragments, then computes
+  // its own four accumulator elements from the gathered A (16x8) and B (8x8).
+  void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = tid_ / 32, lane = tid_ % 32;
+    constexpr int S = WarpExchange::kSlot;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * S];
+    // The tensor core reads the TF32 part of each operand: the low 13 bits are ignored.
+    constexpr uint32_t kTf32 = 0xffffe000u;
+    for (int i = 0; i < 4; ++i) x[lane * S + i] = bits_float(a[i] & kTf32);
+    x[lane * S + 4] = bits_float(b[0] & kTf32);
+    x[lane * S + 5] = bits_float(b[1] & kTf32);
+    wx_->bars[w]->arrive_and_wait();
+    float A[16][8], Bm[8][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      A[g][t] = x[l * S + 0];
+      A[g + 8][t] = x[l * S + 1];
+      A[g][t + 4] = x[l * S + 2];
+      A[g + 8][t + 4] = x[l * S + 3];
+      Bm[t][g] = x[l * S + 4];
+      Bm[t + 4][g] = x[l * S + 5];
+    }
+    wx_->bars[w]->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + ((e & 2) ? 8 : 0), c = 2 * t + (e & 1);
+      float s = 0.0f;
+      for (int k = 0; k < 8; ++k) s += A[r][k] * Bm[k][c];
+      d[e] += s;
+    }
+  }
+  void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+  uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
+  void acquire() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+  float load_cg(const float* p) { return *p; }
+  // Scan progress: the twin runs the scan's blocks before the intra adjoint's, so a wait that
+  // finds the count short is a bug in the count, not a race.
+  void publish(uint32_t* counter) { std::atomic_ref<uint32_t>(*counter).fetch_add(1, std::memory_order_release); }
+  void wait_progress(const uint32_t* counter, uint32_t target) {
+    const uint32_t v = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(counter)).load(std::memory_order_acquire);
+    if (v < target)
+      throw std::logic_error("kda twin: scan progress " + std::to_string(v) + " short of " + std::to_string(target));
+  }
+  void allow_dependents() {}  // grids run one after the other
+  void wait_prior_grid() {}
+  void prefetch_l2(const void*) {}  // a cache hint: nothing to emulate
+  void copy16_async(float* dst, const float* src) { std::memcpy(dst, src, 4 * sizeof(float)); }  // lands at once
+  void wait_copies() {}
+
+ private:
+  int tid_;
+  std::barrier<>* bar_;
+  WarpExchange* wx_;
+  std::barrier<>* cluster_bar_ = nullptr;
+  float* const* smem_bases_ = nullptr;
+  int rank_ = 0;
+};
+
+// Runs body(blk, block_index, smem) for every block of a 1-D grid, blocks one after the
+// other. Shared memory is refilled with NaN before each block, so a read of a shared
+// location the block did not write first poisons its results.
+template <class Body>
+void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
+  std::vector<float> smem(static_cast<size_t>(smem_floats));
+  std::barrier<> bar(nthr);
+  WarpExchange wx(nthr / 32);
+  std::vector<std::thread> threads;
+  threads.reserve(nthr);
+  for (int t = 0; t < nthr; ++t)
+    threads.emplace_back([&, t] {
+      EmuBlock blk(t, &bar, &wx);
+      for (int64_t g = 0; g < grid; ++g) {
+        if (t == 0) std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
+        bar.arrive_and_wait();
+        body(blk, g, smem.data());
+        bar.arrive_and_wait();
+      }
+    });
+  for (auto& th : threads) th.join();
+}
+
+// As emulate_grid for a grid of clusters of nv blocks (block g = cluster * nv + rank): the
+// blocks of one cluster run concurrently (nv * nthr host threads), each with its own shared
+// memory (NaN-filled before each cluster), block barrier and warps; clusters one after the
+// other. body(blk, cluster, rank, smem).
+template <class Body>
+void emulate_cluster_grid(int64_t clusters, int nv, int nthr, int smem_floats, Body body) {
+  std::vector<std::vector<float>> smem(static_cast<size_t>(nv), std::vector<float>(static_cast<size_t>(smem_floats)));
+  std::vector<float*> bases;
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  std::vector<std::unique_ptr<WarpExchange>> wxs;
+  for (int r = 0; r < nv; ++r) {
+    bases.push_back(smem[r].data());
+    bars.push_back(std::make_unique<std::barrier<>>(nthr));
+    wxs.push_back(std::make_unique<WarpExchange>(nthr / 32));
+  }
+  std::barrier<> cluster_bar(nv * nthr);
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(nv) * nthr);
+  for (int r = 0; r < nv; ++r)
+    for (int t = 0; t < nthr; ++t)
+      threads.emplace_back([&, r, t] {
+        EmuBlock blk(t, bars[r].get(), wxs[r].get(), &cluster_bar, bases.data(), r);
+        for (int64_t g = 0; g < clusters; ++g) {
+          if (t == 0) std::fill(smem[r].begin(), smem[r].end(), std::numeric_limits<float>::quiet_NaN());
+          cluster_bar.arrive_and_wait();
+          body(blk, g, r, bases[r]);
+          cluster_bar.arrive_and_wait();
+        }
+      });
+  for (auto& th : threads) th.join();
+}
+
+}  // namespace lt::kda::emu

@@ -1,0 +1,29 @@
+// The CPU twins' entry points: check the arguments, then run the one compiled line of
+// kernels/kda/instances.def that matches them (kernels/cpu/kda/twin.h).
+#include "kernels/cpu/kda/twin.h"
+
+#include "kernels/kda.h"
+#include "kernels/kda/instances.h"
+
+namespace lt::kda {
+
+void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws) {
+  check_fused_args(a);
+  check_workspace(ws);
+  check_compiled(a);
+  dispatch_instance(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores,
+                    [&]<int D, int C, class T, bool kTC>() { twin::forward<D, C, T, kTC>(a, ws); });
+}
+
+void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, BackwardPart part) {
+  check_fused_args(args, part);
+  check_workspace(ws, part);
+  check_compiled(args);
+  FusedArgs a = args;  // lean_scan resolved: 0 is 1 on the CPU, and a split scan is lean
+  if (a.scan_split > 1) a.lean_scan = 2;
+  else if (a.lean_scan == 0) a.lean_scan = 1;
+  dispatch_instance(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores,
+                    [&]<int D, int C, class T, bool kTC>() { twin::backward<D, C, T, kTC>(a, ws, part); });
+}
+
+}  // namespace lt::kda

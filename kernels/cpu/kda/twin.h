@@ -1,0 +1,14 @@
+// The CPU twins of the KDA fused kernels, one pass of one line of kernels/kda/instances.def
+// each (bodies: kernels/cpu/kda/twin_programs.h, instantiated in generated translation units);
+// the entry points that dispatch to them: kernels/cpu/kda/twin.cpp.
+#pragma once
+#include "kernels/kda.h"
+
+namespace lt::kda::twin {
+
+template <int D, int C, class T, bool kTC>
+void forward(const FusedArgs& a, const ForwardWorkspace& ws);
+template <int D, int C, class T, bool kTC>
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part);
+
+}  // namespace lt::kda::twin

@@ -1,0 +1,72 @@
+// The CPU twins' pass bodies: each pass's launches, in the CUDA launch order, run on the
+// emulated blocks of kernels/cpu/kda/emulator.h. Included only by the generated translation
+// units that instantiate forward<D, C, T, kTC> / backward<...> for one line of
+// kernels/kda/instances.def each (kernels/CMakeLists.txt).
+#pragma once
+#include "kernels/cpu/kda/emulator.h"
+#include "kernels/cpu/kda/twin.h"
+#include "kernels/kda_blocks.h"
+
+namespace lt::kda::twin {
+namespace {
+using emu::EmuBlock;
+using emu::emulate_cluster_grid;
+using emu::emulate_grid;
+
+template <class G, class T, bool kTC>
+void forward_impl(const FusedArgs& a, const ForwardWorkspace& ws) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+  });
+  emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
+  });
+}
+
+template <class G, class T, bool kTC>
+void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  if (part != BackwardPart::adjoints)
+    emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    });
+  if (part == BackwardPart::aqk_dO) return;
+  auto split = [&]<int NV>() {
+    using SC = blocks::SplitCfg<G, NV>;
+    emulate_cluster_grid(BH, NV, SC::NTHR, SC::kFloats, [&](EmuBlock& blk, int64_t g, int rank, float* sm) {
+      blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g, rank, sm);
+    });
+  };
+  if (a.scan_split == 4) split.template operator()<4>();
+  else if (a.scan_split == 2) split.template operator()<2>();
+  else if (a.lean_scan == 2)
+    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, g, sm);
+    });
+  else
+    emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::inter_adjoint_program<G, T, kTC, false>(a, ws, blk, g, sm);
+    });
+  using GA = typename G::Adj;
+  emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+    int64_t bh, n;
+    blocks::intra_adjoint_chunk(g, NT, BH, bh, n);
+    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, bh, n, sm);
+    else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, bh, n, sm);
+  });
+}
+
+}  // namespace
+
+template <int D, int C, class T, bool kTC>
+void forward(const FusedArgs& a, const ForwardWorkspace& ws) {
+  forward_impl<blocks::Cfg<D, C>, T, kTC>(a, ws);
+}
+
+template <int D, int C, class T, bool kTC>
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
+  backward_impl<blocks::Cfg<D, C>, T, kTC>(a, ws, part);
+}
+
+}  // namespace lt::kda::twin

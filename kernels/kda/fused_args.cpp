@@ -1,0 +1,119 @@
+// KDA fused path, host side shared by the CUDA kernels and their CPU twins: the workspace
+// sizes, the argument checks and the launch policy measured on the H200 (kernels/kda.h
+// documents each; the measurements: docs/BENCHMARKS.md and docs/notes-kda.md).
+#include <stdexcept>
+#include <string>
+
+#include "kernels/kda.h"
+#include "kernels/kda/instances.h"
+
+namespace lt::kda {
+
+WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
+  WorkspaceBytes w;
+  w.tile = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * dtype_size(dtype);
+  w.tile_f32 = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.D) * sizeof(float);
+  w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
+  w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
+  w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
+  w.counters = static_cast<size_t>(dm.H + dm.B * dm.H) * sizeof(uint32_t);
+  return w;
+}
+
+int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
+int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
+  if (split > 1) return 2;
+  const bool lean = dtype != DType::f32 ? 8 * bh <= 3 * static_cast<int64_t>(sms)
+                    : D == 64           ? 4 * bh <= sms
+                                        : 2 * bh <= sms;
+  return lean ? 2 : 1;
+}
+
+// Measured on the H200 (2026-12-02, kbench kda fwd+bwd at chunk 16 / 32 / 64, configs/
+// bench-kda-chunks.json; figures in docs/BENCHMARKS.md, "KDA chunk table"):
+//   bf16 D64     32 at every shape (B8 T512 0.608 ms against 0.648 at 16 and 0.895 at 64; B1
+//                T16384 5.89 against 6.76 at 64): the intra adjoint's C^2 D products double
+//                from 32 to 64, and 16 doubles the scan steps
+//   bf16 D128    32 (B2 T16384 H16 22.30 ms against 24.61 at 64), except at B*H <= 8, where the
+//                backward scan runs split over V and 64 is faster (B1 T32768 H8 25.24 against
+//                25.78 at 32)
+//   fp32 D64     16 (B8 T2048 2.57 ms against 2.65 at 32; T512 0.681 against 0.687)
+//   fp32 D128    32 (B2 T4096 H16 7.13 ms against 7.47 at 16 and 7.63 at 64)
+// and never longer than the sequence needs: T <= 16 takes 16, T <= 32 at most 32 (the rows
+// past T of the one chunk are computed and thrown away).
+int fused_chunk(int64_t bh, int64_t T, int D, DType dtype) {
+  int c = 32;
+  if (dtype == DType::f32 && D == 64) c = 16;
+  else if (dtype != DType::f32 && D == 128 && bh <= 8) c = 64;
+  if (T <= 16) return 16;
+  if (T <= 32) return c < 32 ? c : 32;
+  return c;
+}
+
+size_t trajectory_bytes(const Dims& dm) {
+  return static_cast<size_t>(dm.B * dm.H * dm.NT()) * dm.D * dm.D * sizeof(float);
+}
+
+namespace {
+
+void check_common(const FusedArgs& a) {
+  const Dims& d = a.dims;
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: " + what); };
+  if (d.B <= 0 || d.T <= 0 || d.H <= 0) fail("B, T, H must be positive");
+  if (d.D != 64 && d.D != 128) fail("head dim D must be 64 or 128, got " + std::to_string(d.D));
+  if (d.C != 16 && d.C != 32 && d.C != 64) fail("chunk must be 16, 32 or 64, got " + std::to_string(d.C));
+  if (a.dtype != DType::f32 && a.dtype != DType::bf16)
+    fail(std::string("dtype must be f32 or bf16, got ") + dtype_name(a.dtype));
+  if (a.gate.use_lower_bound && !(a.gate.lower_bound < 0.0f)) fail("lower_bound must be < 0");
+  if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
+  if (!a.h) fail("missing state trajectory h");
+  if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
+    fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
+  if (a.lean_scan != 0 && a.lean_scan != 1 && a.lean_scan != 2)
+    fail("lean_scan must be 0, 1 or 2, got " + std::to_string(a.lean_scan));
+  if (a.lean_scan == 1 && a.scan_split > 1) fail("a split scan is always lean (lean_scan 1 with scan_split > 1)");
+}
+
+}  // namespace
+
+void check_fused_args(const FusedArgs& a) {
+  check_common(a);
+  if (!a.o) throw std::invalid_argument("kda fused: missing output o");
+}
+
+void check_fused_args(const FusedArgs& a, BackwardPart part) {
+  check_common(a);
+  if (!a.dO) throw std::invalid_argument("kda fused: missing backward input dO");
+  if (part != BackwardPart::aqk_dO && (!a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
+    throw std::invalid_argument("kda fused: missing gradient pointer (dq, dk, dv, df, db, dA_log or ddt_bias)");
+}
+
+void check_workspace(const ForwardWorkspace& ws) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: forward workspace " + what); };
+  if (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.Aqk || !ws.gamma)
+    fail("saved tile missing (W, U, sQ, Kbar, Aqk or gamma)");
+  if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
+}
+
+void check_workspace(const BackwardWorkspace& ws, BackwardPart part) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
+  if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
+  if (part != BackwardPart::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
+  if (part != BackwardPart::adjoints && (!ws.W || !ws.U || !ws.Delta))
+    fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
+  if (part != BackwardPart::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
+    fail("saved tile missing (W, U, sQ, Kbar or gamma)");
+  if (part != BackwardPart::aqk_dO &&
+      (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
+    fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");
+}
+
+void check_compiled(const FusedArgs& a) {
+  if (instance_compiled(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores)) return;
+  throw std::invalid_argument(std::string("kda fused: the ") + (a.tensor_cores ? "tensor-core" : "simt") +
+                              " variant at D " + std::to_string(a.dims.D) + ", chunk " + std::to_string(a.dims.C) +
+                              ", " + dtype_name(a.dtype) + " is not compiled into this build" +
+                              (a.tensor_cores ? "" : " (configure with -DLINTRAIN_KDA_SIMT=ON)"));
+}
+
+}  // namespace lt::kda
