@@ -384,7 +384,8 @@ TEST_CASE("KDA instances: every configuration the engine can ask for is compiled
   for (int64_t bh : {1, 4, 8, 9, 96, 4096})
     for (int64_t T : {1, 16, 17, 32, 33, 512, 32768})
       for (int D : {64, 128})
-        for (DType dt : {DType::f32, DType::bf16}) CHECK(instance_compiled(D, lt::kda::fused_chunk(bh, T, D, dt), dt, true));
+        for (DType dt : {DType::f32, DType::bf16})
+          CHECK(instance_compiled(D, lt::kda::fused_chunk(bh, T, D, dt), dt, true));
   // Not compiled: the dispatch calls nothing; the entry points refuse with the reason.
   CHECK_FALSE(instance_compiled(96, 32, DType::f32, true));
   CHECK_FALSE(dispatch_instance(96, 32, DType::f32, true, [&]<int, int, class, bool>() { FAIL("called"); }));
