@@ -1,4 +1,5 @@
-// KDA fused path: the block programs, one file a launch, in kernels/kda/:
+// KDA fused path: every block program at once (the translation units include only the
+// programs of their pass). One file a launch, in kernels/kda/:
 //   block_common.h    the two executors and their rules, per-configuration constants (Cfg),
 //                     helpers, block products, solve
 //   intra.h           intra          (forward, chunk-parallel)

@@ -1,6 +1,6 @@
 // KDA fused CUDA path: the entry points. The __global__ wrappers around the block programs of
 // kernels/kda_blocks.h (the CPU twins in kernels/cpu/kda/twin.h run the same programs) and the
-// launch sequences are in kernels/cuda/kda/launch.cuh, compiled one configuration of
+// launch sequences are in kernels/cuda/kda/{forward,backward}.cuh, compiled one configuration of
 // kernels/kda/instances.def and pass a file.
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches

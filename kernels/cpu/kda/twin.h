@@ -1,5 +1,5 @@
 // The CPU twins of the KDA fused kernels, one pass of one line of kernels/kda/instances.def
-// each (bodies: kernels/cpu/kda/twin_programs.h, instantiated in generated translation units);
+// each (bodies: kernels/cpu/kda/twin_{forward,backward}.h, instantiated in generated units);
 // the entry points that dispatch to them: kernels/cpu/kda/twin.cpp.
 #pragma once
 #include "kernels/kda.h"

@@ -1,28 +1,19 @@
-// The CPU twins' pass bodies: each pass's launches, in the CUDA launch order, run on the
+// The CPU twin of the KDA fused backward: its launches, in the CUDA launch order, on the
 // emulated blocks of kernels/cpu/kda/emulator.h. Included only by the generated translation
-// units that instantiate forward<D, C, T, kTC> / backward<...> for one line of
-// kernels/kda/instances.def each (kernels/CMakeLists.txt).
+// units that instantiate twin::backward<D, C, T, kTC> for one line of kernels/kda/instances.def
+// each (kernels/CMakeLists.txt).
 #pragma once
 #include "kernels/cpu/kda/emulator.h"
 #include "kernels/cpu/kda/twin.h"
-#include "kernels/kda_blocks.h"
+#include "kernels/kda/aqk_dO.h"
+#include "kernels/kda/inter_adjoint.h"
+#include "kernels/kda/intra_adjoint.h"
 
 namespace lt::kda::twin {
 namespace {
 using emu::EmuBlock;
 using emu::emulate_cluster_grid;
 using emu::emulate_grid;
-
-template <class G, class T, bool kTC>
-void forward_impl(const FusedArgs& a, const ForwardWorkspace& ws) {
-  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
-  });
-  emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
-  });
-}
 
 template <class G, class T, bool kTC>
 void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
@@ -58,11 +49,6 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
 }
 
 }  // namespace
-
-template <int D, int C, class T, bool kTC>
-void forward(const FusedArgs& a, const ForwardWorkspace& ws) {
-  forward_impl<blocks::Cfg<D, C>, T, kTC>(a, ws);
-}
 
 template <int D, int C, class T, bool kTC>
 void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {

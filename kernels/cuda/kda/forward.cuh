@@ -1,0 +1,69 @@
+// KDA fused CUDA path, forward: the __global__ wrappers of the intra and inter programs
+// (kernels/kda/intra.h, kernels/kda/scan.h) and their launch sequence. Included only by the
+// generated translation units that instantiate forward<D, C, T, kTC> for one line of
+// kernels/kda/instances.def each (kernels/CMakeLists.txt); the entry points: kernels/cuda/kda.cu.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/kda/blk.cuh"
+#include "kernels/cuda/kda/launch.h"
+#include "kernels/kda.h"
+#include "kernels/kda/intra.h"
+#include "kernels/kda/scan.h"
+#include "kernels/launch.h"
+
+namespace lt::kda::cuda_launch {
+namespace blocks = blocks_dev;  // kernels/kda/block_common.h: the device-side namespace
+namespace {
+
+// One thin wrapper per program, on purpose: each carries its own __launch_bounds__
+// (kernels/cuda/kda/backward.cuh says why).
+template <class G, class T, bool kTC>
+__global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T, bool kTC>
+__global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, ForwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t g = blockIdx.x;
+  blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T, bool kTC>
+void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+  auto* kda_fwd_intra = &kda_intra_kernel<G, T, kTC>;
+  auto* kda_fwd_inter = &kda_inter_kernel<G, T, kTC>;
+  const size_t smem_intra = G::kIntraFloats * sizeof(float);
+  const size_t smem_inter = G::kInterFloats * sizeof(float);
+  static const bool once = [&] {
+    allow_smem(kda_fwd_intra, smem_intra);
+    allow_smem(kda_fwd_inter, smem_inter);
+    return true;
+  }();
+  (void)once;
+  {
+    StageScope st("intra");
+    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
+  }
+  {
+    StageScope st("inter");
+    LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
+  }
+}
+
+// The inter adjoint as NV-block clusters (grid NV * B * H).
+
+}  // namespace
+
+template <int D, int C, class T, bool kTC>
+void forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
+  launch_forward<blocks::Cfg<D, C>, T, kTC>(a, ws, s);
+}
+
+}  // namespace lt::kda::cuda_launch
