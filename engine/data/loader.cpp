@@ -212,7 +212,7 @@ Loader::Loader(const DataConfig& cfg, Split split, int64_t B, int64_t T, uint64_
   m.T = T;
   m.rows = rows;
   m.seed = seed;
-  if (cfg.source == "synthetic") m.source = make_synthetic_source(cfg, T);
+  if (cfg.source == "synthetic") m.source = make_synthetic_source(cfg, split, T);
   else if (cfg.source == "text") m.source = make_text_source(cfg, split, T);
   else if (cfg.source == "tokens") m.source = make_token_source(cfg, split, T);
   else throw std::runtime_error("data: unknown source '" + cfg.source + "' (data.source: synthetic | text | tokens)");

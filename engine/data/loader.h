@@ -44,7 +44,8 @@ struct DataConfig {
   std::string path;                  // text: file or folder; tokens: file or glob
   std::string task = "mqar";         // synthetic: mqar | bytes
   int64_t vocab_size = 256;          // synthetic vocabulary; for tokens: the model's vocab (checked)
-  int64_t mqar_pairs = 16;           // mqar: key-value pairs per sequence
+  int64_t mqar_pairs = 16;           // mqar: key-value pairs per sequence (every validation row)
+  int64_t mqar_min_pairs = 0;        // mqar, training rows: 0 = mqar_pairs; else a mixture (synthetic.cpp)
   double val_fraction = 0.05;        // text / tokens
   int prefetch = 2;                  // batches prepared ahead by the loader thread (0: inline)
 };

@@ -47,8 +47,9 @@ class Source {
   virtual nlohmann::json identity() const = 0;
 };
 
-// Synthetic tasks (engine/data/synthetic.cpp): cfg.task "mqar" or "bytes".
-std::unique_ptr<Source> make_synthetic_source(const DataConfig& cfg, int64_t T);
+// Synthetic tasks (engine/data/synthetic.cpp): cfg.task "mqar" or "bytes"; the split picks
+// MQAR's training mixture (cfg.mqar_min_pairs) or its validation setting.
+std::unique_ptr<Source> make_synthetic_source(const DataConfig& cfg, Split split, int64_t T);
 // Text bytes or llm.c token shards (engine/data/files.cpp), the given split of each file.
 std::unique_ptr<Source> make_text_source(const DataConfig& cfg, Split split, int64_t T);
 std::unique_ptr<Source> make_token_source(const DataConfig& cfg, Split split, int64_t T);

@@ -22,45 +22,57 @@ constexpr int32_t kIgnore = -100;
 // g^(a - 1), a = 0.01 (Zoology's power law: short gaps are likelier), and the target at
 // that position is the key's value. Every other query-region token is uniform over [0, V)
 // (Zoology's random_non_queries); every other target is -100. Valid targets per row: N.
+// Training mixture (min_pairs < pairs, as Zoology trains its hard setting on a mixture led by
+// easy rows): each row first draws its N, with probability 1/2 the smallest level and else
+// uniformly one of the other levels, the levels being min_pairs, 2 min_pairs, 4 min_pairs, ...
+// up to pairs (which is always one). Without a mixture no draw is made for N, so the rows are
+// those of a plain source.
 class MqarSource final : public Source {
  public:
-  MqarSource(int64_t vocab, int64_t pairs, int64_t T) : V_(vocab), N_(pairs), T_(T) {
-    if (N_ < 1) throw std::runtime_error("data: mqar_pairs must be >= 1, got " + std::to_string(N_));
-    if (4 * N_ > T_)
-      throw std::runtime_error("data: mqar_pairs " + std::to_string(N_) + " needs a sequence length T >= 4 x pairs = " +
-                               std::to_string(4 * N_) + ", got T " + std::to_string(T_));
-    if (V_ / 2 - 1 < N_)
-      throw std::runtime_error("data: vocab_size " + std::to_string(V_) + " is too small for mqar_pairs " +
-                               std::to_string(N_) +
-                               " (keys come from [1, vocab/2): need vocab_size >= " + std::to_string(2 * N_ + 2) + ")");
-    const int64_t slots = (T_ - 2 * N_) / 2;
-    slot_weight_.resize(static_cast<size_t>(slots));
-    constexpr double kPowerA = 0.01;
-    for (int64_t g = 0; g < slots; ++g)
-      slot_weight_[static_cast<size_t>(g)] = std::pow(static_cast<double>(g + 1), kPowerA - 1.0);
+  MqarSource(int64_t vocab, int64_t pairs, int64_t min_pairs, int64_t T) : V_(vocab), T_(T) {
+    if (pairs < 1) throw std::runtime_error("mqar_pairs must be >= 1, got " + std::to_string(pairs));
+    if (min_pairs < 0 || min_pairs > pairs)
+      throw std::runtime_error("mqar_min_pairs " + std::to_string(min_pairs) + " must lie in [0, mqar_pairs " +
+                               std::to_string(pairs) + "]");
+    if (4 * pairs > T_)
+      throw std::runtime_error("mqar_pairs " + std::to_string(pairs) + " needs a sequence length T >= 4 x pairs = " +
+                               std::to_string(4 * pairs) + ", got T " + std::to_string(T_));
+    if (V_ / 2 - 1 < pairs)
+      throw std::runtime_error(
+          "vocab_size " + std::to_string(V_) + " is too small for mqar_pairs " + std::to_string(pairs) +
+          " (keys come from [1, vocab/2): need vocab_size >= " + std::to_string(2 * pairs + 2) + ")");
+    if (min_pairs > 0 && min_pairs < pairs) {
+      for (int64_t n = min_pairs; n < pairs; n *= 2) levels_.push_back(Level{n, slot_weights(n)});
+    }
+    levels_.push_back(Level{pairs, slot_weights(pairs)});
   }
 
   int64_t fill_row(Rng& rng, int32_t* tokens, int32_t* targets) const override {
+    size_t li = 0;
+    if (levels_.size() > 1)
+      li = rng.uniform() < 0.5 ? 0 : 1 + static_cast<size_t>(rng.below(static_cast<uint64_t>(levels_.size() - 1)));
+    const Level& lv = levels_[li];
+    const int64_t N = lv.pairs;
     const int64_t half = V_ / 2;
     std::vector<int32_t> keys, values;
-    keys.reserve(static_cast<size_t>(N_));
-    values.reserve(static_cast<size_t>(N_));
-    draw_distinct(rng, 1, half - 1, &keys);        // [1, V/2)
-    draw_distinct(rng, half, V_ - half, &values);  // [V/2, V)
+    keys.reserve(static_cast<size_t>(N));
+    values.reserve(static_cast<size_t>(N));
+    draw_distinct(rng, N, 1, half - 1, &keys);        // [1, V/2)
+    draw_distinct(rng, N, half, V_ - half, &values);  // [V/2, V)
 
     for (int64_t i = 0; i < T_; ++i) targets[i] = kIgnore;
-    for (int64_t j = 0; j < N_; ++j) {
+    for (int64_t j = 0; j < N; ++j) {
       tokens[2 * j] = keys[static_cast<size_t>(j)];
       tokens[2 * j + 1] = values[static_cast<size_t>(j)];
     }
-    const int64_t context = 2 * N_;
+    const int64_t context = 2 * N;
     for (int64_t i = context; i < T_; ++i) tokens[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V_)));
 
     // Query slots: weighted draws without replacement over the remaining slots.
-    std::vector<double> w = slot_weight_;
+    std::vector<double> w = lv.slot_weight;
     double total = 0;
     for (double x : w) total += x;
-    for (int64_t j = 0; j < N_; ++j) {
+    for (int64_t j = 0; j < N; ++j) {
       const double u = rng.uniform() * total;
       size_t g = 0;
       double acc = 0;
@@ -78,23 +90,37 @@ class MqarSource final : public Source {
       tokens[pos] = keys[static_cast<size_t>(j)];
       targets[pos] = values[static_cast<size_t>(j)];
     }
-    return N_;
+    return N;
   }
 
   int64_t vocab_size() const override { return V_; }
-  nlohmann::json identity() const override { return {{"task", "mqar"}, {"vocab_size", V_}, {"mqar_pairs", N_}}; }
+  nlohmann::json identity() const override {
+    nlohmann::json j = {{"task", "mqar"}, {"vocab_size", V_}, {"mqar_pairs", levels_.back().pairs}};
+    if (levels_.size() > 1) j["mqar_min_pairs"] = levels_.front().pairs;
+    return j;
+  }
 
  private:
-  // Appends N_ distinct values of [lo, lo + n) in draw order (n >= N_ is checked above).
-  void draw_distinct(Rng& rng, int64_t lo, int64_t n, std::vector<int32_t>* out) const {
-    while (static_cast<int64_t>(out->size()) < N_) {
+  struct Level {
+    int64_t pairs;
+    std::vector<double> slot_weight;  // [(T - 2 pairs) / 2]
+  };
+  std::vector<double> slot_weights(int64_t pairs) const {
+    constexpr double kPowerA = 0.01;
+    std::vector<double> w(static_cast<size_t>((T_ - 2 * pairs) / 2));
+    for (size_t g = 0; g < w.size(); ++g) w[g] = std::pow(static_cast<double>(g + 1), kPowerA - 1.0);
+    return w;
+  }
+  // Appends N distinct values of [lo, lo + n) in draw order (n >= N is checked above).
+  static void draw_distinct(Rng& rng, int64_t N, int64_t lo, int64_t n, std::vector<int32_t>* out) {
+    while (static_cast<int64_t>(out->size()) < N) {
       const auto c = static_cast<int32_t>(lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
       if (std::find(out->begin(), out->end(), c) == out->end()) out->push_back(c);
     }
   }
 
-  int64_t V_, N_, T_;
-  std::vector<double> slot_weight_;  // [slots]
+  int64_t V_, T_;
+  std::vector<Level> levels_;  // the training mixture's pair counts, ascending; back(): mqar_pairs
 };
 
 // A byte stream with regularities a small model learns quickly, as a sequence of segments:
@@ -175,10 +201,12 @@ class ByteStreamSource final : public Source {
 
 }  // namespace
 
-std::unique_ptr<Source> make_synthetic_source(const DataConfig& cfg, int64_t T) {
+std::unique_ptr<Source> make_synthetic_source(const DataConfig& cfg, Split split, int64_t T) {
   if (cfg.vocab_size < 2 || cfg.vocab_size > (int64_t{1} << 31) - 1)
     throw std::runtime_error("data: vocab_size " + std::to_string(cfg.vocab_size) + " is out of range [2, 2^31)");
-  if (cfg.task == "mqar") return std::make_unique<MqarSource>(cfg.vocab_size, cfg.mqar_pairs, T);
+  if (cfg.task == "mqar")
+    return std::make_unique<MqarSource>(cfg.vocab_size, cfg.mqar_pairs, split == Split::train ? cfg.mqar_min_pairs : 0,
+                                        T);
   if (cfg.task == "bytes") return std::make_unique<ByteStreamSource>(cfg.vocab_size, T);
   throw std::runtime_error("data: unknown synthetic task '" + cfg.task + "' (data.task: mqar | bytes)");
 }

@@ -226,7 +226,10 @@ const std::vector<SchemaEntry>& config_schema() {
       string("data.task", "mqar", {"mqar", "bytes"},
              "synthetic: mqar (multi-query associative recall) | bytes (structured byte stream)"),
       integer("data.vocab_size", 0, 0, 1 << 24, "synthetic vocabulary; 0: model.vocab_size"),
-      integer("data.mqar_pairs", 16, 1, 4096, "mqar: key-value pairs per sequence"),
+      integer("data.mqar_pairs", 16, 1, 4096, "mqar: key-value pairs per sequence (every validation sequence)"),
+      integer("data.mqar_min_pairs", 0, 0, 4096,
+              "mqar: 0, or training on a mixture: half the sequences with this many pairs, the rest spread "
+              "over 2x, 4x, ... up to data.mqar_pairs (Zoology's recipe for the hard settings)"),
       number("data.val_fraction", 0.05, 0.0, 0.5, "text / tokens: tail fraction held out for validation"),
       integer("data.prefetch", 2, 0, 64, "batches prepared ahead by the loader thread (0: inline)"),
       // train
@@ -402,6 +405,10 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   d.task = get<std::string>(eff, "data.task");
   d.vocab_size = get<int64_t>(eff, "data.vocab_size");
   d.mqar_pairs = get<int64_t>(eff, "data.mqar_pairs");
+  d.mqar_min_pairs = get<int64_t>(eff, "data.mqar_min_pairs");
+  if (d.mqar_min_pairs > d.mqar_pairs)
+    throw ConfigError("config key 'data.mqar_min_pairs' (" + std::to_string(d.mqar_min_pairs) +
+                      ") must be at most data.mqar_pairs (" + std::to_string(d.mqar_pairs) + ")");
   d.val_fraction = get<double>(eff, "data.val_fraction");
   d.prefetch = static_cast<int>(get<int64_t>(eff, "data.prefetch"));
   if (d.source == "synthetic") {

@@ -484,7 +484,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
       throw ConfigError("data vocabulary " + std::to_string(probe.vocab_size()) + " exceeds model.vocab_size " +
                         std::to_string(rc.model.vocab_size));
   } catch (const ConfigError&) { throw; } catch (const std::exception& e) {
-    throw ConfigError(std::string("data: ") + e.what());
+    const std::string what = e.what();  // the sources' messages mostly start with "data: " already
+    throw ConfigError(what.rfind("data: ", 0) == 0 ? what : "data: " + what);
   }
   if (resume_from) {
     try {

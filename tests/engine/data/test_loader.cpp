@@ -181,6 +181,52 @@ TEST_CASE("data: MQAR rows are key-value pairs then queries answered by their va
   CHECK_THAT(loader_error(task), Contains("unknown synthetic task 'parity'"));
 }
 
+TEST_CASE("data: an MQAR training mixture draws rows of each pair count; validation rows keep mqar_pairs", "[data]") {
+  const int64_t V = 512, B = 64, T = 128;
+  DataConfig c = synthetic("mqar", V);
+  c.mqar_pairs = 16;
+  c.mqar_min_pairs = 2;  // levels 2, 4, 8, 16: half the rows 2, a sixth each of the others
+  Loader train(c, Split::train, B, T, 5);
+  std::map<int64_t, int64_t> rows_with;  // pairs -> rows
+  for (int rep = 0; rep < 8; ++rep) {
+    const Batch b = train.next();
+    int64_t valid = 0;
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t* tok = b.tokens.data() + r * T;
+      const int32_t* tgt = b.targets.data() + r * T;
+      int64_t n = 0;
+      for (int64_t t = 0; t < T; ++t) n += tgt[t] != -100;
+      valid += n;
+      ++rows_with[n];
+      for (int64_t j = 0; j < n; ++j) CHECK((tok[2 * j] >= 1 && tok[2 * j] < V / 2));  // the row's keys lead it
+      for (int64_t t = 0; t < 2 * n; ++t) CHECK(tgt[t] == -100);
+    }
+    CHECK(valid == b.valid_targets);
+  }
+  REQUIRE(rows_with.size() == 4);
+  CHECK(rows_with.count(2) == 1);
+  CHECK(rows_with.count(16) == 1);
+  const double half = static_cast<double>(rows_with[2]) / (8.0 * B);
+  INFO("share of 2-pair rows " << half);
+  CHECK((half > 0.4 && half < 0.6));
+  Loader val(c, Split::val, B, T, 5);
+  CHECK(val.next().valid_targets == B * 16);  // validation: the hard setting only
+
+  // Without a mixture (0, or equal to mqar_pairs) the rows are those of a plain source.
+  DataConfig plain = c;
+  plain.mqar_min_pairs = 0;
+  DataConfig same = c;
+  same.mqar_min_pairs = 16;
+  Loader a(plain, Split::train, B, T, 9), b(same, Split::train, B, T, 9);
+  const Batch ba = a.next(), bb = b.next();
+  CHECK(ba.tokens == bb.tokens);
+  CHECK(ba.targets == bb.targets);
+  CHECK(ba.valid_targets == B * 16);
+  DataConfig bad = c;
+  bad.mqar_min_pairs = 17;
+  CHECK_THAT(loader_error(bad, Split::train, T), Contains("mqar_min_pairs 17"));
+}
+
 TEST_CASE("data: the byte stream is in range, shifted by one, and predictable", "[data]") {
   const int64_t V = 256, B = 8, T = 128;
   Loader l(synthetic("bytes", V), Split::train, B, T, 5);
