@@ -1,4 +1,5 @@
-// The CPU twin of the KDA fused backward: its launches, in the CUDA launch order, on the
+// The CPU twin of the KDA fused backward: its launches, in the CUDA launch order (the last, the
+// intra adjoint, in its own units: kernels/cpu/kda/twin_intra_adjoint.h), on the
 // emulated blocks of kernels/cpu/kda/emulator.h. Included only by the generated translation
 // units that instantiate twin::backward<D, C, T, kTC> for one line of kernels/kda/instances.def
 // each (kernels/CMakeLists.txt).
@@ -7,7 +8,6 @@
 #include "kernels/cpu/kda/twin.h"
 #include "kernels/kda/aqk_dO.h"
 #include "kernels/kda/inter_adjoint.h"
-#include "kernels/kda/intra_adjoint.h"
 
 namespace lt::kda::twin {
 namespace {
@@ -39,13 +39,7 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
     emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
       blocks::inter_adjoint_program<G, T, kTC, false>(a, ws, blk, g, sm);
     });
-  using GA = typename G::Adj;
-  emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    int64_t bh, n;
-    blocks::intra_adjoint_chunk(g, NT, BH, bh, n);
-    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, bh, n, sm);
-    else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, bh, n, sm);
-  });
+  intra_adjoint<G::D, G::C, T, kTC>(a, ws);  // its own unit: kernels/cpu/kda/twin_intra_adjoint.h
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// KDA fused CUDA path, backward: the __global__ wrappers of the aqk_dO, inter adjoint (one
-// block, or a cluster split over V) and intra adjoint programs (kernels/kda/aqk_dO.h,
-// inter_adjoint.h, intra_adjoint.h) and their launch sequence. Included only by the generated
+// KDA fused CUDA path, backward: the __global__ wrappers of the aqk_dO and inter adjoint (one
+// block, or a cluster split over V) programs (kernels/kda/aqk_dO.h, inter_adjoint.h) and the
+// backward's launch sequence; the intra adjoint's wrapper and launch are in their own units
+// (kernels/cuda/kda/intra_adjoint.cuh), so an edit of one program rebuilds its units only. Included only by the generated
 // translation units that instantiate backward<D, C, T, kTC> for one line of
 // kernels/kda/instances.def each (kernels/CMakeLists.txt); the entry points: kernels/cuda/kda.cu.
 #pragma once
@@ -11,7 +12,6 @@
 #include "kernels/kda.h"
 #include "kernels/kda/aqk_dO.h"
 #include "kernels/kda/inter_adjoint.h"
-#include "kernels/kda/intra_adjoint.h"
 #include "kernels/launch.h"
 
 namespace lt::kda::cuda_launch {
@@ -53,16 +53,6 @@ __global__ void KDA_CLUSTER_DIMS(NV) __launch_bounds__(blocks::SplitCfg<G, NV>::
                                                      reinterpret_cast<float*>(smem4));
 }
 
-template <class G, class T, bool kTC, bool kLean>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)
-__global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
-    kda_intra_adjoint_kernel(FusedArgs a, BackwardWorkspace ws) {
-  extern __shared__ float4 smem4[];
-  CudaBlk blk;
-  int64_t bh, n;
-  blocks::intra_adjoint_chunk(blockIdx.x, a.dims.NT(), a.dims.B * a.dims.H, bh, n);
-  blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
-}
-
 template <class G, class T, bool kTC, int NV>
 void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
   using SC = blocks::SplitCfg<G, NV>;
@@ -90,21 +80,14 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   const bool lean = a.lean_scan == 2;
   auto* kda_bwd_inter_adjoint_full = &kda_inter_adjoint_kernel<G, T, kTC, false>;
   auto* kda_bwd_inter_adjoint_lean = &kda_inter_adjoint_kernel<G, T, kTC, true>;
-  using GA = typename G::Adj;
-  auto* kda_bwd_intra_adjoint_full = &kda_intra_adjoint_kernel<GA, T, kTC, false>;
-  auto* kda_bwd_intra_adjoint_lean = &kda_intra_adjoint_kernel<GA, T, kTC, true>;
   auto* kda_bwd_inter_adjoint = lean ? kda_bwd_inter_adjoint_lean : kda_bwd_inter_adjoint_full;
-  auto* kda_bwd_intra_adjoint = lean ? kda_bwd_intra_adjoint_lean : kda_bwd_intra_adjoint_full;
   const size_t smem_aq = (a.lean_scan == 2 ? G::kAqkFloats : G::kAqkFloatsFull) * sizeof(float);
   const size_t smem_aq_max = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
-  const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_bwd_aqk_dO, smem_aq_max);
     allow_smem(kda_bwd_inter_adjoint_full, smem_adj);
     allow_smem(kda_bwd_inter_adjoint_lean, smem_adj);
-    allow_smem(kda_bwd_intra_adjoint_full, smem_ia);
-    allow_smem(kda_bwd_intra_adjoint_lean, smem_ia);
     return true;
   }();
   (void)once;
@@ -121,10 +104,7 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   }
   {
     StageScope st("intra_adjoint");
-    // launched while the scan runs (programmatic dependent launch: the scan's blocks let it
-    // launch at their start); each block waits for its chunk's scan_progress, so the chunk
-    // programs fill the SMs the scan leaves idle
-    LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
+    launch_intra_adjoint<G::D, G::C, T, kTC>(a, ws, s);  // its own unit: kernels/cuda/kda/intra_adjoint.cuh
   }
 }
 
