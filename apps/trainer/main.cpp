@@ -63,6 +63,23 @@ Exit codes: 0 done (also after SIGINT/SIGTERM: a checkpoint is written first); 2
 Config keys (JSON sections "model", "data", "train"; override any with --set key.path=value):
 )";
 
+// A CLI11 check that a whole-number option is at least `lo`, with a message that says so
+// (CLI11's own range checks print the whole range, up to all 309 digits of the largest double).
+CLI::Validator at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (const std::exception&) { used = 0; }
+        if (used == 0 || used != text.size()) return "expected a whole number, got '" + text + "'";
+        if (v < lo) return "must be " + std::to_string(lo) + " or more, got " + text;
+        return "";
+      },
+      ">=" + std::to_string(lo));
+}
+
 // Builds the effective config: file, then --set overrides, then the dedicated flags.
 lt::train::RunConfig build_config(const std::string& path, const std::vector<std::string>& sets,
                                   const std::string& device, int64_t steps, const std::string& out, int64_t seed) {
@@ -166,12 +183,14 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "JSON config file, e.g. configs/quick.json (keys: see below)");
   app.add_option("--set", sets, "override one config key, typed by the schema: --set train.lr=1e-3 (repeatable)");
   app.add_option("--device", device, "auto | cpu | cuda | cuda:N (config key 'device'), e.g. --device cpu");
-  app.add_option("--steps", steps, "total optimizer steps (config key train.steps), e.g. --steps 50");
+  app.add_option("--steps", steps, "total optimizer steps (config key train.steps), e.g. --steps 50")
+      ->check(at_least(1));
   app.add_option("--resume", resume,
                  "auto: continue from the newest checkpoint in --out that verifies (default); none: start over "
                  "(removes old checkpoints); or a checkpoint folder, e.g. --resume runs/quick/step-00000200");
   app.add_option("--out", out, "output folder (config key 'out'), e.g. --out runs/try1");
-  app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7");
+  app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7")
+      ->check(at_least(0));
   app.add_flag("--print-config", print_config,
                "print the effective config (file + overrides + defaults) as JSON and exit");
   int nproc = 0;
@@ -180,7 +199,7 @@ int main(int argc, char** argv) {
                  "processes), train.batch_size split over them; keys dist.* tune it. A launcher's RANK / WORLD_SIZE "
                  "/ LOCAL_RANK / MASTER_ADDR / MASTER_PORT (or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID) make "
                  "this process one rank of such a job instead. e.g. --nproc 8")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   std::string timers = "off", timers_trace, kernel_trace, bench_out, alloc_trace;
   int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
   app.add_option("--timers", timers,
@@ -195,17 +214,17 @@ int main(int argc, char** argv) {
   app.add_option("--bench", bench,
                  "the quiet-card arm: run --bench-warmup steps, then N measured steps (no eval, no checkpoints; "
                  "output in <out>/bench), write the result JSON; e.g. --bench 200 --timers step%50")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--bench-warmup", bench_warmup, "warm-up steps before --bench's measured steps (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--bench-out", bench_out, "the --bench result JSON (default <out>/bench/bench.json)");
   app.add_option("--alloc-trace", alloc_trace,
                  "record the caching allocator's events of the first --alloc-trace-steps steps and write the "
                  "PyTorch-schema snapshot FILE (+ .pickle) and a Chrome trace (.trace.json); also written on OOM");
   app.add_option("--alloc-trace-steps", alloc_trace_steps, "steps traced by --alloc-trace (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   app.add_option("--alloc-snapshot-at", alloc_snapshot_at, "write an allocator snapshot after this step (1-based)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
 
   std::string ck, ex_out, prompt, s_device = "auto", e_device = "auto";
   int64_t n_tokens = 64, top_k = 0, batches = 0;

@@ -95,12 +95,22 @@ TEST_CASE("trainer: every kind of bad input exits 2, names the problem and write
     expect_bad({"--config", tmp / "nope.json"}, "nope.json", out);
     expect_bad({"--config", cfg, "--device", "tpu"}, "'device'", out);
     expect_bad({"--config", cfg, "--bogus-flag"}, "bogus", out);
+    expect_bad({"--config", cfg, "--steps", "-5"}, "--steps: must be 1 or more, got -5", out);
+    expect_bad({"--config", cfg, "--seed", "x"}, "--seed: expected a whole number, got 'x'", out);
+    expect_bad({"--config", cfg, "--nproc", "0"}, "--nproc: must be 1 or more, got 0", out);
+    auto nproc0 = run_trainer({"--config", cfg, "--nproc", "0"}, tmp.path.string(), "nproc0");
+    CHECK(nproc0.err.find("179769") == std::string::npos);  // no 309-digit range
   }
   SECTION("data: missing file, empty text, bad shard magic, size, token") {
     expect_bad({"--config", cfg, "--set", "data.source=text", "--set", "data.path=" + tmp / "missing.txt", "--set",
                 "model.vocab_size=256"},
                "missing.txt", out);
     write_text(tmp / "empty.txt", "");
+    auto empty = run_trainer({"--config", cfg, "--set", "data.source=text", "--set", "data.path=" + tmp / "empty.txt",
+                              "--set", "model.vocab_size=256"},
+                             tmp.path.string(), "empty");
+    CHECK_THAT(empty.err, Catch::Contains("bad input: data: "));
+    CHECK(empty.err.find("data: data:") == std::string::npos);  // one prefix
     expect_bad({"--config", cfg, "--set", "data.source=text", "--set", "data.path=" + tmp / "empty.txt", "--set",
                 "model.vocab_size=256"},
                "empty.txt", out);
