@@ -224,6 +224,9 @@ def main():
     model, cfg = build_model(paths["config.json"])
     patch_instances(model)
     weights = load_file(paths["model.safetensors"])
+    # float64 before the load: load_state_dict copies into the existing (f32) tensors, which
+    # would round lintrain's f64 weights to f32.
+    model = model.double()
     missing, unexpected = model.load_state_dict({k: v.double() for k, v in weights.items()}, strict=False)
     tied = cfg.get("tie_word_embeddings", False)
     missing = [m for m in missing if not (tied and m == "lm_head.weight")]

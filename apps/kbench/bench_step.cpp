@@ -12,7 +12,7 @@
 // after the first step (0 when the caching allocator serves every later step).
 //
 //   kbench model-dump --arch kda --out DIR [--device auto|cpu|cuda] [--dtype f32|f64]
-//                     [--B 2 --T 128 ... sizes as above] [--seed 0]
+//                     [--B 2 --T 128 ... sizes as above] [--seed 0] [--weights FILE]
 //
 // Writes DIR/config.json (Model::fla_config), DIR/model.safetensors (the initial parameters
 // under fla's names), DIR/batch.safetensors (tokens, targets: [B, T] i64; 3 targets are -100),
@@ -55,6 +55,7 @@ struct StepOptions {
   std::string out_dir;
   std::string device = "auto";
   std::string dtype = "f32";
+  std::string weights;  // a safetensors file of fla-named weights instead of init_weights
 };
 
 void add_model_options(CLI::App& sub, StepOptions& o) {
@@ -225,7 +226,8 @@ int run_model_dump(const StepOptions& o) {
   if (f64) dev = Device::cpu();
   const model::ModelConfig cfg = model_config(o, "fp32");
   model::Model m(cfg, dev, f64 ? DType::f64 : DType::f32);
-  m.init_weights(o.seed);
+  if (o.weights.empty()) m.init_weights(o.seed);
+  else m.load_params(io::read_safetensors(o.weights));
   const int ignored = 3;
   const Tensor tokens = random_ids(o.B, o.T, o.vocab, o.seed + 1, 0);
   const Tensor targets = random_ids(o.B, o.T, o.vocab, o.seed + 2, ignored);
@@ -240,10 +242,9 @@ int run_model_dump(const StepOptions& o) {
     f << m.fla_config().dump(2) << "\n";
     if (!f) throw std::runtime_error("kbench model-dump: cannot write " + dir + "config.json");
   }
-  std::vector<io::NamedTensor> params = m.named_params();
-  if (f64)
-    for (io::NamedTensor& p : params) p.tensor = p.tensor.to(DType::f32);  // fla's checkpoint dtype
-  io::write_safetensors(dir + "model.safetensors", params);
+  // The weights exactly as the step used them (f64 under --dtype f64: rounding them to f32 here
+  // would hand fla other weights and cap the check at f32's 1e-7).
+  io::write_safetensors(dir + "model.safetensors", m.named_params());
   io::write_safetensors(dir + "batch.safetensors", {{"tokens", tokens}, {"targets", targets}});
   std::vector<io::NamedTensor> grads = m.named_grads();
   grads.push_back({"loss", loss});
@@ -278,6 +279,7 @@ void setup_model_dump(CLI::App& sub, std::function<int()>& run) {
   sub.add_option("--out", o->out_dir, "output directory")->required();
   sub.add_option("--device", o->device, "auto | cpu | cuda[:N]");
   sub.add_option("--dtype", o->dtype, "f32 | f64 (f64: CPU)");
+  sub.add_option("--weights", o->weights, "start from these fla-named weights (safetensors) instead of the init");
   run = [o] { return run_model_dump(*o); };
 }
 
