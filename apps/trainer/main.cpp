@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
                  "/ LOCAL_RANK / MASTER_ADDR / MASTER_PORT (or SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID) make "
                  "this process one rank of such a job instead. e.g. --nproc 8")
       ->check(at_least(1));
-  std::string timers = "off", timers_trace, kernel_trace, bench_out, alloc_trace;
+  std::string timers = "off", timers_trace, kernel_trace, bench_out, alloc_trace, dump_trajectory;
   int64_t bench = 0, bench_warmup = 10, alloc_trace_steps = 3, alloc_snapshot_at = 0;
   app.add_option("--timers", timers,
                  std::string("per-stage CUDA-event timers (steady clock on the CPU): ") + lt::train::kTimerGrammar +
@@ -225,6 +225,9 @@ int main(int argc, char** argv) {
       ->check(at_least(1));
   app.add_option("--alloc-snapshot-at", alloc_snapshot_at, "write an allocator snapshot after this step (1-based)")
       ->check(at_least(0));
+  app.add_option("--dump-trajectory", dump_trajectory,
+                 "write the run's initial weights, batches and per-step loss / grad norm / lr to DIR, for "
+                 "scripts/fla_trajectory.py (one process), e.g. --dump-trajectory runs/t/trajectory");
 
   std::string ck, ex_out, prompt, s_device = "auto", e_device = "auto";
   int64_t n_tokens = 64, top_k = 0, batches = 0;
@@ -345,6 +348,7 @@ int main(int argc, char** argv) {
     opt.resume = resume;
     opt.config_path = config_path;
     opt.job = job.get();
+    opt.dump_trajectory = dump_trajectory;
     if (bench > 0) {
       // The bench arm measures steps only: its own folder, a fresh start, no eval or checkpoints.
       rc.out_dir = (fs::path(rc.out_dir) / "bench").string();
@@ -372,7 +376,7 @@ int main(int argc, char** argv) {
         io.alloc_snapshot_at = 0;
       }
     }
-    const lt::Device dev = job ? job->device() : lt::train::resolve_device(rc.device);
+    const lt::Device dev = job ? job->device() : lt::train::resolve_run_device(rc);
     if (!kernel_trace.empty() && !dev.is_cuda())
       throw ConfigError("--kernel-trace records CUDA kernels; this run is on " + dev.str());
     const double tokens_per_step = static_cast<double>(rc.train.batch_size * rc.train.seq_len * rc.train.grad_accum);

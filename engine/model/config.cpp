@@ -23,7 +23,8 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::fp32;
   if (name == "tf32") return Precision::tf32;
   if (name == "bf16") return Precision::bf16;
-  throw std::invalid_argument("unknown precision \"" + name + "\" (expected fp32 | tf32 | bf16)");
+  if (name == "fp64") return Precision::fp64;
+  throw std::invalid_argument("unknown precision \"" + name + "\" (expected fp32 | tf32 | bf16 | fp64)");
 }
 
 const char* precision_name(Precision p) {
@@ -31,6 +32,7 @@ const char* precision_name(Precision p) {
     case Precision::fp32: return "fp32";
     case Precision::tf32: return "tf32";
     case Precision::bf16: return "bf16";
+    case Precision::fp64: return "fp64";
   }
   return "?";
 }

@@ -12,9 +12,10 @@ const char* arch_name(Arch a);
 
 // fp32: the reference (pure fp32 GEMMs); tf32: fp32 storage, TF32 GEMMs; bf16: bf16
 // activations and GEMM operands, fp32 accumulation, fp32 master weights, gradients and
-// optimizer state, loss in fp32.
-enum class Precision : uint8_t { fp32, tf32, bf16 };
-Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16"
+// optimizer state, loss in fp32; fp64: every tensor in float64 on the CPU, the reference that
+// training trajectories are checked against (scripts/fla_trajectory.py).
+enum class Precision : uint8_t { fp32, tf32, bf16, fp64 };
+Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16" | "fp64"
 const char* precision_name(Precision p);
 
 struct ModelConfig {

@@ -178,6 +178,11 @@ Model::Model(const ModelConfig& cfg, Device device, DType param_dtype) : impl_(s
     throw std::invalid_argument("model: the bf16 precision mode needs f32 parameters");
   if (cfg.precision == Precision::tf32 && param_dtype != DType::f32)
     throw std::invalid_argument("model: the tf32 precision mode needs f32 parameters");
+  if (cfg.precision == Precision::fp64) {
+    if (device.is_cuda())
+      throw std::invalid_argument("model: the fp64 precision mode runs on the CPU only, not on " + device.str());
+    param_dtype = DType::f64;  // every tensor of the fp64 mode is f64
+  }
   Impl& m = *impl_;
   m.cfg = cfg;
   m.device = device;

@@ -48,7 +48,7 @@ using GradsReadyHook = std::function<void(const std::vector<ParamRange>& ready)>
 class Model {
  public:
   // Allocates the arenas (uninitialised parameters: call init_weights or load_params).
-  // param_dtype: f32 (f64 for the CPU gradient checks).
+  // param_dtype: f32 (f64 for the CPU gradient checks); always f64 in the fp64 precision mode.
   Model(const ModelConfig& cfg, Device device, DType param_dtype = DType::f32);
   ~Model();
   Model(const Model&) = delete;

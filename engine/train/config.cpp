@@ -211,8 +211,9 @@ const std::vector<SchemaEntry>& config_schema() {
       integer("model.intermediate_size", 0, 0, 1 << 20, "MLP width; 0: fla's rule from hidden_size"),
       number("model.norm_eps", 0.0, 0.0, 1.0, "norm epsilon; 0: fla's default (KDA 1e-6, RWKV6 1e-5)"),
       boolean("model.tie_embeddings", false, "share the embedding with the LM head"),
-      string("model.precision", "fp32", {"fp32", "tf32", "bf16"},
-             "fp32 reference | tf32 GEMMs | bf16 activations with fp32 master weights"),
+      string("model.precision", "fp32", {"fp32", "tf32", "bf16", "fp64"},
+             "fp32 reference | tf32 GEMMs | bf16 activations with fp32 master weights | fp64 everything "
+             "(CPU only: the reference of trajectory checks)"),
       string("model.mixer_path", "auto", {"auto", "naive", "ops", "fused"},
              "mixer implementation; auto: fused on CUDA, ops on the CPU"),
       integer("model.chunk", 0, 0, 64,
@@ -389,9 +390,7 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   m.norm_eps = get<double>(eff, "model.norm_eps");
   m.tie_embeddings = get<bool>(eff, "model.tie_embeddings");
   std::string prec = get<std::string>(eff, "model.precision");
-  m.precision = prec == "fp32"   ? model::Precision::fp32
-                : prec == "tf32" ? model::Precision::tf32
-                                 : model::Precision::bf16;
+  m.precision = model::parse_precision(prec);
   m.mixer_path = get<std::string>(eff, "model.mixer_path");
   m.chunk = static_cast<int>(get<int64_t>(eff, "model.chunk"));
   if (m.arch == model::Arch::rwkv6 && m.head_dim * m.num_heads > m.hidden_size * 4)

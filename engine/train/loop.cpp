@@ -28,6 +28,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
 #include "engine/staging.h"
+#include "engine/train/trajectory.h"
 #include "kernels/adamw.h"
 #include "kernels/launch.h"
 
@@ -100,6 +101,7 @@ double peak_flops(Device device, model::Precision p) {
     case model::Precision::fp32: return 67e12;
     case model::Precision::tf32: return 495e12;
     case model::Precision::bf16: return 989e12;
+    case model::Precision::fp64: return 0.0;  // CPU only
   }
   return 0.0;
 }
@@ -270,6 +272,16 @@ Device resolve_device(const std::string& spec) {
   return d;
 }
 
+Device resolve_run_device(const RunConfig& rc) {
+  if (rc.model.precision != model::Precision::fp64) return resolve_device(rc.device);
+  if (rc.device == "auto") return Device::cpu();
+  Device d = resolve_device(rc.device);
+  if (d.is_cuda())
+    throw ConfigError("config keys 'model.precision' fp64 and 'device' " + rc.device +
+                      ": the fp64 mode runs on the CPU only (use device cpu or auto)");
+  return d;
+}
+
 EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches) {
   StageScope stage("eval");
   const int64_t B = rc.train.batch_size, T = rc.train.seq_len;
@@ -283,7 +295,7 @@ EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches) {
   EvalResult r;
   if (valid == 0) return r;
   Device dev = m.device();
-  Tensor loss = Tensor::zeros({}, DType::f32, dev);
+  Tensor loss = Tensor::zeros({}, m.arenas().params.dtype(), dev);  // f32 (f64 in the fp64 mode)
   int64_t correct = 0;
   for (const auto& b : bs) {
     Tensor tokens = to_device_i32(b.tokens, B, T, dev);
@@ -408,7 +420,9 @@ LoadedModel load_model_from_checkpoint(const std::string& dir, const std::string
   } catch (const std::exception& e) { throw ConfigError(e.what()); }
   // export and sample need no data files: the run's data may have moved.
   lm.config = config_resolve(lm.checkpoint.config, need_data);
-  Device dev = resolve_device(device_spec);
+  RunConfig on = lm.config;
+  on.device = device_spec;
+  Device dev = resolve_run_device(on);
   lm.model = std::make_unique<model::Model>(lm.config.model, dev);
   lm.model->load_params(lm.checkpoint.model);
   lm.model->refresh_shadow();
@@ -421,11 +435,13 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   dist::Job* const job = options.job;
   const int rank = job ? job->rank() : 0, world = job ? job->world() : 1;
   const bool writer = rank == 0;  // the rank that writes files, evaluates and samples
-  Device dev = job ? job->device() : resolve_device(rc.device);
+  Device dev = job ? job->device() : resolve_run_device(rc);
   if (B % world != 0)
     throw ConfigError("config key 'train.batch_size': " + std::to_string(B) + " rows cannot be split evenly over " +
                       std::to_string(world) + " data-parallel ranks (use a multiple of " + std::to_string(world) + ")");
   const data::RowSlice rows{rank * (B / world), B / world};
+  if (job && rc.model.precision == model::Precision::fp64)
+    throw ConfigError("config key 'model.precision': fp64 runs in one process on the CPU, not data parallel");
 
   // ---- everything that can be bad input is checked before the first write -------------
   const std::vector<int64_t>& inject = inject_nonfinite_steps();
@@ -495,6 +511,11 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
   }
 
+  std::unique_ptr<TrajectoryDump> dump;
+  if (!options.dump_trajectory.empty()) {
+    if (job) throw ConfigError("--dump-trajectory records one process's run, not a data-parallel one");
+    dump = std::make_unique<TrajectoryDump>(options.dump_trajectory, rc);
+  }
   // The output folder must be writable before anything else happens in it (the writer's).
   if (writer) {
     std::error_code ec;
@@ -576,6 +597,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     job->progress();
   }
   const std::string config_text = rc.effective.dump();
+  if (dump) dump->start(*model, rc);
 
   auto save_checkpoint = [&]() {
     StageScope stage("checkpoint");
@@ -623,9 +645,10 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     spdlog::warn("LINTRAIN_INJECT_NONFINITE: the loss of step(s) {} is made non-finite on the device (fault injection)",
                  list);
   }
-  // The step's scalars [2] f32: the loss (accumulated over the micro-batches) and, data
-  // parallel, this rank's stop request; summed over the ranks before the update.
-  Tensor step_scalars = Tensor::zeros({2}, DType::f32, dev);
+  // The step's scalars [2] f32 (f64 in the fp64 mode): the loss (accumulated over the
+  // micro-batches) and, data parallel, this rank's stop request; summed over the ranks before
+  // the update.
+  Tensor step_scalars = Tensor::zeros({2}, model->arenas().params.dtype(), dev);
   Tensor loss_accum = step_scalars.narrow(0, 0, 1).view({});
   Tensor stop_flag = step_scalars.narrow(0, 1, 1);
   Tensor skipped_dev = Tensor::zeros({}, DType::i32, dev);
@@ -708,6 +731,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
     ema_ms = st.step == first_step + 1 ? st.ms : 0.9 * ema_ms + 0.1 * st.ms;
     if (options.listener) options.listener->step_result(st);
+    if (dump) dump->add_result(st.step, st.lr, st.loss, st.grad_norm, st.skipped);
 
     if (st.skipped && writer) {
       clear_live();
@@ -797,6 +821,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
         batches.push_back(train_loader->next());
         valid += batches.back().global_valid_targets;  // the whole global batch's
       }
+      if (dump) dump->add_batches(this_step, batches);
     }
     {
       StageScope stage("zero_grad");
@@ -918,6 +943,7 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     }
   }
   retire();
+  if (dump) dump->finish();
   if (live) std::fprintf(stderr, "\n");
   if (options.handle_signals) {
     std::signal(SIGINT, SIG_DFL);

@@ -128,6 +128,8 @@ struct RunOptions {
   bool measure_only = false;   // the bench arm: no evaluation, no checkpoints, no resume
   // Data parallel: this process's rank of the job (engine/dist/job.h); nullptr: one process.
   dist::Job* job = nullptr;
+  // --dump-trajectory: a folder for the run's trajectory (engine/train/trajectory.h); "": none.
+  std::string dump_trajectory;
 };
 
 // Runs (or resumes) the training described by rc. Throws ConfigError for bad input found
@@ -138,6 +140,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options);
 // "auto" -> cuda:0 when CUDA works, else cpu; "cpu"; "cuda" / "cuda:N" (ConfigError naming
 // the key when CUDA is not usable).
 Device resolve_device(const std::string& spec);
+// The device of a run: resolve_device(rc.device), except that the fp64 precision mode runs on
+// the CPU (auto picks it; an explicit CUDA device is a ConfigError naming both keys).
+Device resolve_run_device(const RunConfig& rc);
 
 // A model built from a checkpoint folder's config and weights, on `device`. need_data:
 // the run's data files must exist (eval); otherwise a missing data.path is tolerated.

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""lintrain vs fla + torch.optim.AdamW: a whole training trajectory, step by step.
+
+    trainer --config C --set model.precision=fp64 --device cpu --out RUN \\
+            --set train.checkpoint_every=50 --set train.keep_checkpoints=100 --dump-trajectory RUN/trajectory
+    python scripts/fla_trajectory.py RUN/trajectory RUN
+
+Replays lintrain's run in PyTorch: fla's KDAForCausalLM / RWKV6ForCausalLM built from the dump's
+config.json and loaded with lintrain's initial weights (init.safetensors), trained on lintrain's
+exact batches (batches.safetensors) with torch.optim.AdamW under the run's settings (run.json):
+betas, eps, weight decay on the parameters lintrain decays (decay.json; the script prints how that
+set differs from the common "every tensor of 2 or more dimensions" rule), the learning rate of
+each step from lintrain's schedule as a LambdaLR, torch.nn.utils.clip_grad_norm_ before the step,
+and lintrain's skipped steps left out. Then, per step, compares the loss and the gradient norm
+with steps.jsonl, the learning rate with lintrain's, and at every checkpoint in RUN
+(step-N/model.safetensors and the AdamW moments in state.safetensors) every parameter and moment:
+    rel = max |ours - torch| / max |torch|     (per tensor; scalars: |ours - torch| / |torch|)
+
+The model runs with fla's Triton pieces replaced by their pure-torch definitions (the ones of
+scripts/fla_equivalence.py), in float64 when the run was fp64 (the gate is then 1e-6), else in
+float32 (gate 1e-4; on a GPU pass --device cuda). Exit status 0 when every figure is within the
+gate, 1 otherwise, 2 on bad input.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fla_equivalence import build_model, patch_fla, patch_instances  # noqa: E402
+
+
+def lintrain_lr(train, step):
+    """engine/optim/schedule.cpp's lr_at: step is 0-based."""
+    lr, warmup, total = train["lr"], train["warmup_steps"], train["steps"]
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if train["lr_decay"] == "constant":
+        return lr
+    span = total - warmup
+    progress = 1.0 if span <= 0 else min(max((step - warmup) / span, 0.0), 1.0)
+    lo = train["min_lr_ratio"] * lr
+    if train["lr_decay"] == "cosine":
+        return lr - (lr - lo) * 0.5 * (1.0 - math.cos(math.pi * progress))
+    return lr - (lr - lo) * progress
+
+
+def rel_err(ours, ref):
+    ours = ours.double().to(ref.device)
+    denom = ref.abs().max().item()
+    err = (ours - ref).abs().max().item()
+    return err / denom if denom > 0 else err
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dump", help="the folder of trainer --dump-trajectory")
+    ap.add_argument("run", help="the run's output folder (its step-N checkpoints are compared)")
+    ap.add_argument("--device", default="cpu", help="where fla's model runs (default cpu)")
+    ap.add_argument("--steps", type=int, default=0, help="replay only the first N steps (default: all)")
+    ap.add_argument("--gate", type=float, default=0.0, help="relative error gate (default 1e-6 fp64, 1e-4 else)")
+    ap.add_argument("--report", default="", help="write every step's figures here as JSON lines")
+    args = ap.parse_args()
+    from safetensors.torch import load_file
+
+    need = ["config.json", "run.json", "decay.json", "init.safetensors", "batches.safetensors", "steps.jsonl"]
+    for n in need:
+        if not os.path.exists(os.path.join(args.dump, n)):
+            print(f"fla_trajectory: missing {os.path.join(args.dump, n)} (written by trainer --dump-trajectory)",
+                  file=sys.stderr)
+            return 2
+    if not os.path.isdir(args.run):
+        print(f"fla_trajectory: no run folder {args.run}", file=sys.stderr)
+        return 2
+    with open(os.path.join(args.dump, "run.json")) as f:
+        run = json.load(f)
+    with open(os.path.join(args.dump, "decay.json")) as f:
+        decay = json.load(f)
+    train = run["train"]
+    fp64 = run["model"]["precision"] == "fp64"
+    dtype = torch.float64 if fp64 else torch.float32
+    gate = args.gate or (1e-6 if fp64 else 1e-4)
+
+    torch.manual_seed(0)
+    patch_fla()
+    model, cfg = build_model(os.path.join(args.dump, "config.json"))
+    patch_instances(model)
+    weights = load_file(os.path.join(args.dump, "init.safetensors"))
+    model = model.to(dtype)  # before the load, which copies into the existing tensors' dtype
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False)
+    tied = cfg.get("tie_word_embeddings", False)
+    missing = [m for m in missing if not (tied and m == "lm_head.weight")]
+    if missing or unexpected:
+        print(f"fla_trajectory: state_dict mismatch: missing {missing}, unexpected {unexpected}", file=sys.stderr)
+        return 2
+    model = model.to(dtype).to(args.device)
+    model.train()
+    params = dict(model.named_parameters())  # tied: the embedding once
+
+    # The parameter groups: lintrain's decay set, and how it compares with the 2-D rule.
+    named = {n: p for n, p in params.items() if n in weights}
+    decayed = [named[n] for n in decay["decay"] if n in named]
+    plain = [named[n] for n in decay["no_decay"] if n in named]
+    if len(decayed) + len(plain) != len(named):
+        print("fla_trajectory: decay.json does not cover every parameter", file=sys.stderr)
+        return 2
+    by_rule = {n for n, p in named.items() if p.dim() >= 2}
+    ours_set = set(n for n in decay["decay"] if n in named)
+    print(f"weight decay {train['weight_decay']} on {len(decayed)} tensors, none on {len(plain)}")
+    for n in sorted(by_rule - ours_set):
+        print(f"  not decayed though >= 2-D: {n}")
+    for n in sorted(ours_set - by_rule):
+        print(f"  decayed though < 2-D: {n}")
+
+    opt = torch.optim.AdamW(
+        [{"params": decayed, "weight_decay": train["weight_decay"]}, {"params": plain, "weight_decay": 0.0}],
+        lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"], foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lintrain_lr(train, s) / train["lr"])
+
+    batches = load_file(os.path.join(args.dump, "batches.safetensors"))
+    tokens, targets, step_ids = batches["tokens"].long(), batches["targets"].long(), batches["steps"].tolist()
+    results = {r["step"]: r for r in read_jsonl(os.path.join(args.dump, "steps.jsonl"))}
+    first = int(step_ids[0]) if step_ids else 1
+    if first != 1:
+        print(f"fla_trajectory: the dump starts at step {first}: replay needs a run from step 1", file=sys.stderr)
+        return 2
+    n_steps = len(step_ids) if args.steps <= 0 else min(args.steps, len(step_ids))
+    max_norm = train["max_grad_norm"]
+    report = open(args.report, "w") if args.report else None
+
+    worst = {"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "params": 0.0, "moments": 0.0}
+    worst_at = {}
+    checked = []
+
+    def note(kind, err, where):
+        if not (err <= worst[kind]):  # NaN counts as worst
+            worst[kind] = err if not math.isnan(err) else math.inf
+            worst_at[kind] = where
+
+    for i in range(n_steps):
+        step = int(step_ids[i])
+        ours = results.get(step)
+        if ours is None:
+            print(f"fla_trajectory: steps.jsonl has no step {step}", file=sys.stderr)
+            return 2
+        opt.zero_grad(set_to_none=False)
+        tok, tgt = tokens[i].to(args.device), targets[i].to(args.device)
+        valid = int((tgt != -100).sum().item())
+        loss_sum = 0.0
+        for a in range(tok.shape[0]):
+            logits = model(input_ids=tok[a], use_cache=False).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[a].reshape(-1), ignore_index=-100,
+                                   reduction="sum") / max(valid, 1)
+            loss.backward()
+            loss_sum += loss.item()
+        grads = [p for p in params.values() if p.grad is not None]
+        if max_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm).item()
+        else:
+            norm = torch.norm(torch.stack([g.grad.detach().norm() for g in grads])).item()
+        lr_now = opt.param_groups[0]["lr"]
+        e_loss = abs(ours["loss"] - loss_sum) / max(abs(loss_sum), 1e-300)
+        e_norm = abs(ours["grad_norm"] - norm) / max(abs(norm), 1e-300)
+        e_lr = abs(ours["lr"] - lr_now) / max(abs(lr_now), 1e-300)
+        note("loss", e_loss, step)
+        note("grad_norm", e_norm, step)
+        note("lr", e_lr, step)
+        if not ours["skipped"]:
+            opt.step()
+        sched.step()
+        row = {"step": step, "loss": loss_sum, "loss_lintrain": ours["loss"], "grad_norm": norm,
+               "grad_norm_lintrain": ours["grad_norm"], "lr": lr_now, "rel_loss": e_loss, "rel_grad_norm": e_norm}
+
+        ck = os.path.join(args.run, f"step-{step:08d}")
+        if os.path.isdir(ck):
+            mine = load_file(os.path.join(ck, "model.safetensors"))
+            state = load_file(os.path.join(ck, "state.safetensors"))
+            e_p = e_m = 0.0
+            for n, p in named.items():
+                e = rel_err(mine[n], p.detach())
+                note("params", e, f"{n} @ {step}")
+                e_p = max(e_p, e)
+                st = opt.state.get(p, {})
+                if "exp_avg" in st:
+                    for key, ref in (("m.", st["exp_avg"]), ("v.", st["exp_avg_sq"])):
+                        e = rel_err(state[key + n], ref)
+                        note("moments", e, f"{key}{n} @ {step}")
+                        e_m = max(e_m, e)
+            row["rel_params"], row["rel_moments"] = e_p, e_m
+            checked.append(step)
+            print(f"step {step:6d}: loss {loss_sum:.10f} (rel {e_loss:.2e}), grad norm rel {e_norm:.2e}, "
+                  f"params rel {e_p:.2e}, moments rel {e_m:.2e}")
+        if report:
+            report.write(json.dumps(row) + "\n")
+    if report:
+        report.close()
+
+    ok = all(v <= gate for v in worst.values())
+    print(f"{n_steps} steps replayed, checkpoints compared at steps {checked or 'none'}")
+    for k, v in worst.items():
+        print(f"  worst {k:10s} rel {v:.3e}  {'ok' if v <= gate else 'FAIL'}  {worst_at.get(k, '')}")
+    if not checked:
+        print("  no checkpoint of the run falls in the replayed steps: parameters were not compared")
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'} (gate {gate:.0e})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
