@@ -205,25 +205,22 @@ struct WorkspaceBytes {
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 // The inter adjoint's V split for B*H sequences on `sms` SMs: 4 while the split blocks fill at
-// most a quarter of the SMs (16 * B*H <= sms), else 1. Measured on the H200 (D128 bf16 C64,
-// docs/notes-kda.md, 2026-12-01): at B*H = 8 the 4-block clusters take the stage from 20.3 to
-// 15.4 ms; at B*H = 32 they are slower (15.2 against 10.2 ms: a cluster step is only ~25 %
-// shorter than a single block's, and 32 four-block clusters take two waves), and 2 is slower
-// than 1 there too (11.2 ms; the D128 split-2 program spills), so 2 is never picked.
+// most a quarter of the SMs (16 * B*H <= sms), else 1: a cluster step is only a little shorter
+// than a single block's, so the split pays only while it fills idle SMs; 2 is never picked (the
+// D128 split-2 program spills). Figures: docs/notes-kda.md, "The figures behind the code's
+// choices".
 int inter_adjoint_split(int64_t bh, int sms);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
 // 2 (lean) when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
 // dim, else 1: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.
-// Measured on the H200 at the engine's chunk (fused_chunk), both forms in one binary
-// (docs/BENCHMARKS.md, "KDA's scan form compiled in"): lean vs full bf16 D64 -12.1 % at B*H 12,
-// -2.5 % at 40, -1.1 % at 48, +0.1 % at 56, +4.7 % at 96; bf16 D128 -5.2 % at 32, -0.2 % at
-// 48, +2.3 % at 56, +8.9 % at 128; f32 D64 (chunk 16) -0.6 % at 32, +1.9 % at 40; f32 D128
-// -9.6 % at 32, -4.9 % at 48, -1.1 % at 64.
+// The lean form wins while the scan leaves SMs idle for aqk_dO's extra work, the full form once
+// the sequences fill the GPU; the thresholds are where the two cross on the H200 (figures:
+// docs/notes-kda.md, "The figures behind the code's choices").
 int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
 // bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table
-// measured on the H200 (docs/BENCHMARKS.md, "KDA chunk table"). The engine takes it where a
+// measured on the H200 (docs/notes-kda.md, "The chunk table"). The engine takes it where a
 // caller asks for chunk 0 (auto).
 int fused_chunk(int64_t bh, int64_t T, int D, DType dtype);
 

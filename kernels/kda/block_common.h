@@ -76,9 +76,9 @@ struct Cfg {
   // (one block an SM: the 8 V tiles of 32 heads are two waves of the whole sequential scan)
   // and 208 prefetch floats a thread (over the 128 of the register prefetch, so each chunk's
   // tiles load on the critical path); 32 columns on 256 threads halve the blocks and the
-  // per-thread loads: 5.32 -> 1.45 ms at B2 T16384 H16 (docs/notes-kda.md, "2026-12-01: the
-  // D128 chunk programs"). At D = 128, C = 32 (the chunk the engine picks at D = 128) the
-  // wide tile halves the per-chunk tile loads and the A-fragment reads an SM makes
+  // per-thread loads (docs/notes-kda.md, "2026-12-01: the D128 chunk programs"). At D = 128,
+  // C = 32 (the chunk the engine picks at D = 128) the wide tile halves the per-chunk tile
+  // loads and the A-fragment reads an SM makes
   // (docs/notes-kda.md, "2026-12-02: the chunk table").
   static constexpr bool kWideInter = D_ == 128 && C_ >= 32;
   static constexpr int BV = kWideInter ? 32 : 16;
@@ -94,8 +94,8 @@ struct Cfg {
   // leave the SM's schedulers idle). At D = 128 a warp takes two tiles (8 warps): every A
   // fragment it loads then serves two mma and its S' tiles are one whole row of tiles, so a
   // step loads a third fewer shared-memory operands, and the cap of 255 registers (not 128 at
-  // 512 threads, which spilled) holds the 64 S' accumulators. Measured 10.24 -> 9.14 ms at B2
-  // T16384 H16 C64 (docs/notes-kda.md, "2026-12-01: the D128 chunk programs").
+  // 512 threads, which spilled) holds the 64 S' accumulators (docs/notes-kda.md, "2026-12-01:
+  // the D128 chunk programs").
   static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
   static constexpr int TPW = D == 128 ? 2 : 1;
   static constexpr int NTHR_A = (RB / 16) * (D / 8) / TPW * 32;  // S' accumulator: D*D/NTHR_A registers
@@ -121,8 +121,8 @@ struct Cfg {
   // at C = 32 its shared memory (76 KB, D64 and D128 alike) admits 3 blocks, and the kernel is
   // bound by latency (wait / long scoreboard / barrier stalls), which more resident blocks
   // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; uncapped 114-125
-  // registers, 2 blocks, and 159 at fp32, 1 block) and still pays: -17 % (bf16), -50 % (fp32)
-  // intra adjoint time (docs/notes-kda.md, "The D128 intra adjoint at three blocks an SM").
+  // registers, 2 blocks, and 159 at fp32, 1 block) and still pays (docs/notes-kda.md, "The D128
+  // intra adjoint at three blocks an SM").
   // At D = 64, C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills.
   static constexpr int kIntraAdjMinBlocks = NTHR != 256 ? 1 : C == 32 ? 3 : D == 64 ? 4 : 1;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;

@@ -1,6 +1,6 @@
 // KDA fused path, host side shared by the CUDA kernels and their CPU twins: the workspace
 // sizes, the argument checks and the launch policy measured on the H200 (kernels/kda.h
-// documents each; the measurements: docs/BENCHMARKS.md and docs/notes-kda.md).
+// documents each; the figures: docs/notes-kda.md, "The figures behind the code's choices").
 #include <stdexcept>
 #include <string>
 
@@ -29,16 +29,13 @@ int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
   return lean ? 2 : 1;
 }
 
-// Measured on the H200 (2026-12-02, kbench kda fwd+bwd at chunk 16 / 32 / 64, configs/
-// bench-kda-chunks.json; figures in docs/BENCHMARKS.md, "KDA chunk table"):
-//   bf16 D64     32 at every shape (B8 T512 0.608 ms against 0.648 at 16 and 0.895 at 64; B1
-//                T16384 5.89 against 6.76 at 64): the intra adjoint's C^2 D products double
-//                from 32 to 64, and 16 doubles the scan steps
-//   bf16 D128    32 (B2 T16384 H16 22.30 ms against 24.61 at 64), except at B*H <= 8, where the
-//                backward scan runs split over V and 64 is faster (B1 T32768 H8 25.24 against
-//                25.78 at 32)
-//   fp32 D64     16 (B8 T2048 2.57 ms against 2.65 at 32; T512 0.681 against 0.687)
-//   fp32 D128    32 (B2 T4096 H16 7.13 ms against 7.47 at 16 and 7.63 at 64)
+// The fastest chunk per dtype and head dim from the sweep configs/bench-kda-chunks.json (figures:
+// docs/notes-kda.md, "The figures behind the code's choices"):
+//   bf16 D64     32 at every shape: the intra adjoint's C^2 D products double from 32 to 64,
+//                and 16 doubles the scan steps
+//   bf16 D128    32, except at B*H <= 8, where the backward scan runs split over V and 64 wins
+//   fp32 D64     16
+//   fp32 D128    32
 // and never longer than the sequence needs: T <= 16 takes 16, T <= 32 at most 32 (the rows
 // past T of the one chunk are computed and thrown away).
 int fused_chunk(int64_t bh, int64_t T, int D, DType dtype) {

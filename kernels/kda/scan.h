@@ -91,8 +91,8 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     if constexpr (kTC) {
       // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV]; a warp takes a group of NG1
       // adjacent tiles of one row block, so each W / Qp fragment it loads serves NG1 tiles
-      // (the step is bound by shared-memory loads: -6..-29 % forward scan time, docs/notes-kda.md,
-      // "the forward scan's products in tile groups"). Pairs where the pairs still give every
+      // (the step is bound by shared-memory loads: docs/notes-kda.md, "the forward scan's
+      // products in tile groups"). Pairs where the pairs still give every
       // warp a group (D64 C64, D128 C64), else one tile. Each tile's sum is formed as with one
       // tile a warp: the same operands, the same k order (bit-identical).
       constexpr int NTN = BV / 8, NG1 = (C / 16) * (NTN / 2) >= NT_ / 32 ? 2 : 1, NGRP = (C / 16) * (NTN / NG1);

@@ -23,8 +23,8 @@ namespace {
 // registers where __launch_bounds__(NTHR) gives 64 (ptxas -v, D64 C32 bf16), and is slower
 // (docs/notes-kda.md, "Measurements behind the kernel constants").
 // The launches are plain but one: with programmatic dependent launch (kernels/cuda/pdl.cuh)
-// of every kernel, waiting for the whole grid before it, the fwd+bwd measured 1.6-2.9 % slower
-// at every long row (docs/notes-kda.md, "2026-12-03 (later)"). The intra adjoint is launched
+// of every kernel, waiting for the whole grid before it, the fwd+bwd was slower at every long
+// row (docs/notes-kda.md, "2026-12-03 (later)"). The intra adjoint is launched
 // so, and waits per chunk for the scan's progress instead (launch_backward).
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_aqk_dO_kernel(FusedArgs a, BackwardWorkspace ws) {
@@ -75,8 +75,8 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   a.lean_scan = lean_scan(args, nv);  // the same for both parts of a split backward
   a.scan_split = nv;                  // the intra adjoint counts the scan's blocks (scan_blocks)
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
-  // the scan's form is compiled into the two adjoint programs (a runtime branch costs the full
-  // form 0.4-3.4 %: docs/notes-kda.md, "2026-12-02: three products off the backward scan")
+  // the scan's form is compiled into the two adjoint programs (a runtime branch slows the full
+  // form: docs/notes-kda.md, "2026-12-02: three products off the backward scan")
   const bool lean = a.lean_scan == 2;
   auto* kda_bwd_inter_adjoint_full = &kda_inter_adjoint_kernel<G, T, kTC, false>;
   auto* kda_bwd_inter_adjoint_lean = &kda_inter_adjoint_kernel<G, T, kTC, true>;

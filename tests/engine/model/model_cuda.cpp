@@ -102,7 +102,8 @@ void check_cuda_steps(Arch arch) {
   // largest element from fp32 (a localised error such as a wrong row shows up there). The
   // bound is measured, not derived: on the H200 (2026-12-01, this test's shapes) the worst
   // tensors are layer 0's (their gradients cross both blocks' bf16 backward): L2 4.1e-2
-  // (KDA) and 4.2e-2 (RWKV6), largest element 4.8e-2 and 7.9e-2 (docs/BENCHMARKS.md).
+  // (KDA) and 4.2e-2 (RWKV6), largest element 4.8e-2 and 7.9e-2
+  // (docs/history/benchmarks-2026-12.md, "One training step of the depth-2 model").
   std::printf("model CUDA step (%s): loss cpu %.8f  cuda fp32 %.8f  cuda bf16 %.8f\n", arch_name(arch), cpu.loss,
               gpu.loss, bf16.loss);
   CHECK(std::fabs(gpu.loss - cpu.loss) < 1e-5 * std::fabs(cpu.loss));
