@@ -82,13 +82,15 @@ CLI::Validator at_least(int64_t lo) {
 
 // Builds the effective config: file, then --set overrides, then the dedicated flags.
 lt::train::RunConfig build_config(const std::string& path, const std::vector<std::string>& sets,
-                                  const std::string& device, int64_t steps, const std::string& out, int64_t seed) {
+                                  const std::string& device, int64_t steps, const std::string& out, int64_t seed,
+                                  const std::string& init_from) {
   nlohmann::ordered_json j = lt::train::config_load_file(path);
   for (const auto& s : sets) lt::train::config_apply_override(j, s);
   if (!device.empty()) lt::train::config_apply_override(j, "device=" + device);
   if (steps >= 0) lt::train::config_apply_override(j, "train.steps=" + std::to_string(steps));
   if (!out.empty()) lt::train::config_apply_override(j, "out=" + out);
   if (seed >= 0) lt::train::config_apply_override(j, "train.seed=" + std::to_string(seed));
+  if (!init_from.empty()) lt::train::config_apply_override(j, "train.init_from=" + init_from);
   return lt::train::config_resolve(j);
 }
 
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
   app.footer(std::string(kExamples) + lt::train::config_schema_help());
   app.require_subcommand(0, 1);
 
-  std::string config_path, device, out, resume = "auto";
+  std::string config_path, device, out, init_from, resume = "auto";
   std::vector<std::string> sets;
   int64_t steps = -1, seed = -1;
   bool print_config = false;
@@ -191,6 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "output folder (config key 'out'), e.g. --out runs/try1");
   app.add_option("--seed", seed, "seed of the weights and the data order (config key train.seed), e.g. --seed 7")
       ->check(at_least(0));
+  app.add_option("--init-from", init_from,
+                 "start from the weights in this folder (fla's config.json + model.safetensors, e.g. from trainer "
+                 "export; config key train.init_from); the model keys must match it, AdamW starts fresh");
   app.add_flag("--print-config", print_config,
                "print the effective config (file + overrides + defaults) as JSON and exit");
   int nproc = 0;
@@ -282,7 +287,7 @@ int main(int argc, char** argv) {
                    "trainer: --config FILE is required (e.g. trainer --config configs/quick.json); see --help\n");
       return 2;
     }
-    lt::train::RunConfig rc = build_config(config_path, sets, device, steps, out, seed);
+    lt::train::RunConfig rc = build_config(config_path, sets, device, steps, out, seed, init_from);
     if (print_config) {
       std::cout << rc.effective.dump(2) << std::endl;
       return 0;

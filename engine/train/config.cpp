@@ -249,6 +249,9 @@ const std::vector<SchemaEntry>& config_schema() {
       number("train.weight_decay", 0.1, 0.0, 10.0, "AdamW decoupled weight decay (matrices and embeddings)"),
       number("train.max_grad_norm", 1.0, 0.0, 1e6, "global gradient-norm clip; 0: off"),
       integer("train.seed", 1234, 0, 9.0e15, "seed of the weights and the data order"),
+      string("train.init_from", "", {},
+             "a folder with fla's config.json + model.safetensors (trainer export, fla's save_pretrained): the "
+             "initial weights instead of the seed's; the optimizer starts fresh; \"\": none"),
       integer("train.eval_every", 100, 0, 1e12, "validation every N steps (and at the end); 0: only at the end"),
       integer("train.eval_batches", 4, 1, 1e6, "validation micro-batches per evaluation"),
       integer("train.checkpoint_every", 500, 0, 1e12, "checkpoint every N steps (and at the end); 0: only at the end"),
@@ -449,6 +452,9 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   t.adamw.weight_decay = get<double>(eff, "train.weight_decay");
   t.adamw.max_grad_norm = get<double>(eff, "train.max_grad_norm");
   t.seed = get<uint64_t>(eff, "train.seed");
+  t.init_from = get<std::string>(eff, "train.init_from");
+  if (check_files && !t.init_from.empty() && !std::filesystem::is_directory(t.init_from))
+    throw ConfigError("config key 'train.init_from': '" + t.init_from + "' is not a folder");
   t.eval_every = get<int64_t>(eff, "train.eval_every");
   t.eval_batches = get<int64_t>(eff, "train.eval_batches");
   t.checkpoint_every = get<int64_t>(eff, "train.checkpoint_every");

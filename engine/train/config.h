@@ -73,6 +73,7 @@ struct TrainConfig {
   optim::LrSchedule schedule;  // lr, warmup_steps, decay, min_lr_ratio (total_steps = steps)
   optim::AdamWConfig adamw;    // beta1, beta2, eps, weight_decay, max_grad_norm
   uint64_t seed = 1234;
+  std::string init_from;     // a folder with fla's config.json + model.safetensors: the initial weights
   int64_t eval_every = 100;  // 0: never (still at the end)
   int64_t eval_batches = 4;
   int64_t checkpoint_every = 500;  // 0: only at the end

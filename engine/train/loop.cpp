@@ -28,6 +28,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
 #include "engine/staging.h"
+#include "engine/train/init_from.h"
 #include "engine/train/trajectory.h"
 #include "kernels/adamw.h"
 #include "kernels/launch.h"
@@ -503,6 +504,9 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
     const std::string what = e.what();  // the sources' messages mostly start with "data: " already
     throw ConfigError(what.rfind("data: ", 0) == 0 ? what : "data: " + what);
   }
+  // train.init_from: the weights are read (and checked) now, with the other input.
+  const bool weights_from_folder = !tc.init_from.empty() && !resume_from;
+  if (weights_from_folder) init_from_folder(tc.init_from, *model);
   if (resume_from) {
     try {
       train_loader->restore(resume_from->loop_state.at("data"));
@@ -547,7 +551,8 @@ RunResult train_run(const RunConfig& rc, const RunOptions& options) {
   // ---- state -------------------------------------------------------------------------
   int64_t step = 0, applied = 0, skipped = 0, consecutive = 0;
   std::deque<double> window;
-  model->init_weights(tc.seed);
+  if (weights_from_folder) spdlog::info("initial weights from {} (AdamW starts fresh)", tc.init_from);
+  else model->init_weights(tc.seed);
   // Data parallel: the gradient reduction (and, under dist.zero1, the moments' shards).
   std::unique_ptr<dist::GradSync> sync;
   if (job) {
