@@ -3,21 +3,20 @@
 
 #include <stdexcept>
 
+#include "engine/model/arch.h"
+
 namespace lt::model {
 
 Arch parse_arch(const std::string& name) {
-  if (name == "kda") return Arch::kda;
-  if (name == "rwkv6") return Arch::rwkv6;
-  throw std::invalid_argument("unknown architecture \"" + name + "\" (expected kda | rwkv6)");
+  std::string names;
+  for (const ArchSpec* s : arch_specs()) {
+    if (name == s->name) return s->arch;
+    names += (names.empty() ? "" : " | ") + std::string(s->name);
+  }
+  throw std::invalid_argument("unknown architecture \"" + name + "\" (expected " + names + ")");
 }
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::kda: return "kda";
-    case Arch::rwkv6: return "rwkv6";
-  }
-  return "?";
-}
+const char* arch_name(Arch a) { return arch_spec(a).name; }
 
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::fp32;
@@ -37,23 +36,11 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
-// fla's GatedMLP (KDA, hidden_ratio 4): int(d * 4 * 2 / 3) rounded up to a multiple of 256.
-// fla's RWKV6 FeedForward (hidden_ratio 3.5): int(3.5 d) rounded up to a multiple of 32.
-// Python's int() truncates the float product; for the integer d here the products are
-// exact in integer arithmetic: d * 8 / 3 and d * 7 / 2.
+// intermediate_size, or the architecture's rule from hidden_size (ArchSpec::intermediate_rule).
 int64_t ModelConfig::intermediate() const {
-  if (intermediate_size > 0) return intermediate_size;
-  if (arch == Arch::kda) {
-    const int64_t raw = hidden_size * 8 / 3;
-    return 256 * ((raw + 255) / 256);
-  }
-  const int64_t raw = hidden_size * 7 / 2;
-  return 32 * ((raw + 31) / 32);
+  return intermediate_size > 0 ? intermediate_size : arch_spec(arch).intermediate_rule(hidden_size);
 }
 
-double ModelConfig::eps() const {
-  if (norm_eps > 0.0) return norm_eps;
-  return arch == Arch::kda ? 1e-6 : 1e-5;
-}
+double ModelConfig::eps() const { return norm_eps > 0.0 ? norm_eps : arch_spec(arch).default_norm_eps; }
 
 }  // namespace lt::model

@@ -10,6 +10,7 @@
 
 #include "engine/mixers/kda.h"
 #include "engine/mixers/rwkv6.h"
+#include "engine/model/arch.h"
 #include "engine/model/blocks.h"
 #include "engine/nn/activation.h"
 #include "engine/nn/cross_entropy.h"
@@ -223,18 +224,46 @@ Tensor rwkv6_block_step(const ModelConfig& cfg, int layer, const ParamMap& w, La
 
 }  // namespace
 
-DecodeState::DecodeState(const Model& m, int64_t batch) : model_(&m), batch_(batch) {
-  const ModelConfig& cfg = m.config();
-  if (batch < 1) throw std::invalid_argument("DecodeState: batch must be >= 1, got " + std::to_string(batch));
-  if (cfg.arch == Arch::rwkv6 && cfg.num_heads * cfg.head_dim != cfg.hidden_size)
+void kda_decode_check(const ModelConfig&) {}
+void rwkv6_decode_check(const ModelConfig& cfg) {
+  if (cfg.num_heads * cfg.head_dim != cfg.hidden_size)
     throw std::invalid_argument("DecodeState: the RWKV6 mixer needs num_heads * head_dim (" +
                                 std::to_string(cfg.num_heads * cfg.head_dim) + ") == hidden_size (" +
                                 std::to_string(cfg.hidden_size) + ")");
+}
+
+void kda_decode_init(const ModelConfig& cfg, int64_t batch, DType dtype, Device device, LayerDecodeState& l) {
+  const int64_t H = cfg.num_heads, K = cfg.head_dim;
+  l = LayerDecodeState();
+  l.S = Tensor::zeros({batch, H, K, K}, dtype, device);
+  l.conv_q = Tensor::zeros({batch, kConvSize - 1, H * K}, dtype, device);
+  l.conv_k = Tensor::zeros({batch, kConvSize - 1, H * K}, dtype, device);
+  l.conv_v = Tensor::zeros({batch, kConvSize - 1, H * K}, dtype, device);
+}
+void rwkv6_decode_init(const ModelConfig& cfg, int64_t batch, DType dtype, Device device, LayerDecodeState& l) {
+  const int64_t H = cfg.num_heads, K = cfg.head_dim, d = cfg.hidden_size;
+  l = LayerDecodeState();
+  l.S = Tensor::zeros({batch, H, K, K}, dtype, device);
+  l.shift_attn = Tensor::zeros({batch, 1, d}, dtype, device);
+  l.shift_ffn = Tensor::zeros({batch, 1, d}, dtype, device);
+}
+
+Tensor kda_decode_block(const ModelConfig& cfg, int, const ParamMap& w, LayerDecodeState& st, const Tensor& x) {
+  return kda_block_step(cfg, w, st, x);
+}
+Tensor rwkv6_decode_block(const ModelConfig& cfg, int layer, const ParamMap& w, LayerDecodeState& st, const Tensor& x) {
+  return rwkv6_block_step(cfg, layer, w, st, x);
+}
+
+DecodeState::DecodeState(const Model& m, int64_t batch) : model_(&m), batch_(batch) {
+  const ModelConfig& cfg = m.config();
+  if (batch < 1) throw std::invalid_argument("DecodeState: batch must be >= 1, got " + std::to_string(batch));
+  arch_spec(cfg.arch).decode_check(cfg);
   emb_w = m.param("model.embeddings.weight");
   dtype_ = emb_w.dtype();
   head_w = cfg.tie_embeddings ? emb_w : m.param("lm_head.weight");
   norm_w = m.param("model.norm.weight");
-  if (cfg.arch == Arch::rwkv6) norm_b = m.param("model.norm.bias");
+  if (arch_spec(cfg.arch).final_norm == FinalNorm::layer) norm_b = m.param("model.norm.bias");
   weights_.resize(static_cast<size_t>(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string prefix = layer_prefix(i);
@@ -248,20 +277,7 @@ DecodeState::DecodeState(const Model& m, int64_t batch) : model_(&m), batch_(bat
 
 void DecodeState::reset() {
   const ModelConfig& cfg = model_->config();
-  const Device dev = model_->device();
-  const int64_t B = batch_, H = cfg.num_heads, K = cfg.head_dim, d = cfg.hidden_size;
-  for (LayerDecodeState& l : layers) {
-    l = LayerDecodeState();
-    l.S = Tensor::zeros({B, H, K, K}, dtype_, dev);
-    if (cfg.arch == Arch::kda) {
-      l.conv_q = Tensor::zeros({B, kConvSize - 1, H * K}, dtype_, dev);
-      l.conv_k = Tensor::zeros({B, kConvSize - 1, H * K}, dtype_, dev);
-      l.conv_v = Tensor::zeros({B, kConvSize - 1, H * K}, dtype_, dev);
-    } else {
-      l.shift_attn = Tensor::zeros({B, 1, d}, dtype_, dev);
-      l.shift_ffn = Tensor::zeros({B, 1, d}, dtype_, dev);
-    }
-  }
+  for (LayerDecodeState& l : layers) arch_spec(cfg.arch).decode_init(cfg, batch_, dtype_, model_->device(), l);
   position_ = 0;
 }
 
@@ -269,6 +285,7 @@ void DecodeState::reset() {
 Tensor DecodeState::advance(Model& m, DecodeState& st, const Tensor& tokens, const char* op) {
   if (st.model_ != &m) throw std::invalid_argument(std::string(op) + ": the state belongs to another model");
   const ModelConfig& cfg = m.config();
+  const ArchSpec& spec = arch_spec(cfg.arch);
   const int64_t B = st.batch_, T = tokens.size(1), d = cfg.hidden_size;
   if (tokens.device() != m.device())
     throw std::invalid_argument(std::string(op) + ": tokens on " + tokens.device().str() + ", model on " +
@@ -284,15 +301,15 @@ Tensor DecodeState::advance(Model& m, DecodeState& st, const Tensor& tokens, con
     StageScope s(layer_stage(i));
     const ParamMap& w = st.weights_[static_cast<size_t>(i)];
     LayerDecodeState& ls = st.layers[static_cast<size_t>(i)];
-    x = cfg.arch == Arch::kda ? kda_block_step(cfg, w, ls, x) : rwkv6_block_step(cfg, i, w, ls, x);
+    x = spec.decode_block(cfg, i, w, ls, x);
   }
   st.position_ += T;
   Tensor y;  // [B, 1, d] the final norm of the last position
   {
     StageScope s("norm");
     const Tensor last = T == 1 ? x : x.narrow(1, T - 1, 1).contiguous();
-    y = cfg.arch == Arch::kda ? nn::rms_norm_forward(last, st.norm_w, cfg.eps()).y
-                              : nn::layer_norm_forward(last, st.norm_w, st.norm_b, cfg.eps()).y;
+    y = spec.final_norm == FinalNorm::rms ? nn::rms_norm_forward(last, st.norm_w, cfg.eps()).y
+                                          : nn::layer_norm_forward(last, st.norm_w, st.norm_b, cfg.eps()).y;
   }
   StageScope s("logits");
   return nn::lm_head_logits(y.view({B, d}), st.head_w);

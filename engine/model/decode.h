@@ -62,6 +62,15 @@ class DecodeState {
   Tensor emb_w, head_w, norm_w, norm_b;
 };
 
+// The architectures' decode entries (their ArchSpec rows, arch.h): the sizes decoding needs,
+// a layer's fresh state for `batch` sequences, one block over x [B, T, d] from the state.
+void kda_decode_check(const ModelConfig& cfg);
+void rwkv6_decode_check(const ModelConfig& cfg);
+void kda_decode_init(const ModelConfig& cfg, int64_t batch, DType dtype, Device device, LayerDecodeState& l);
+void rwkv6_decode_init(const ModelConfig& cfg, int64_t batch, DType dtype, Device device, LayerDecodeState& l);
+Tensor kda_decode_block(const ModelConfig& cfg, int layer, const ParamMap& w, LayerDecodeState& st, const Tensor& x);
+Tensor rwkv6_decode_block(const ModelConfig& cfg, int layer, const ParamMap& w, LayerDecodeState& st, const Tensor& x);
+
 // Advances every sequence by one token. tokens: [B] i32 / i64 on the model's device.
 // Returns the next-token logits [B, V].
 Tensor decode_step(Model& m, DecodeState& st, const Tensor& tokens);

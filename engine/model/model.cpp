@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "engine/model/arch.h"
 #include "engine/model/init.h"
 #include "engine/nn/cross_entropy.h"
 #include "engine/nn/embedding.h"
@@ -31,24 +32,6 @@ std::string layer_stage(int layer) {
   std::string s = std::to_string(layer);
   s.insert(s.begin(), 'L');
   return s;
-}
-
-using SpecsFn = std::vector<ParamSpec> (*)(const ModelConfig&, int);
-using ForwardFn = Tensor (*)(const BlockContext&, const ParamMap&, const Tensor&, std::unique_ptr<BlockSaved>&);
-using BackwardFn = Tensor (*)(const BlockContext&, const ParamMap&, ParamMap&, std::unique_ptr<BlockSaved>,
-                              const Tensor&);
-struct BlockFns {
-  SpecsFn specs;
-  ForwardFn forward;
-  BackwardFn backward;
-};
-
-BlockFns block_fns(Arch arch) {
-  switch (arch) {
-    case Arch::kda: return {kda_block_specs, kda_block_forward, kda_block_backward};
-    case Arch::rwkv6: return {rwkv6_block_specs, rwkv6_block_forward, rwkv6_block_backward};
-  }
-  throw std::invalid_argument("model: unknown arch");
 }
 
 // The process-wide TF32 switch (engine/ops.h) set for the model's precision while one of its
@@ -92,7 +75,7 @@ struct Model::Impl {
   Device device;
   DType param_dtype;
   DType act_dtype;
-  BlockFns fns;
+  const ArchSpec* spec = nullptr;    // the architecture's row (arch.h)
   std::vector<ParamSpec> specs;      // arena order (decayed first), full names
   std::vector<int64_t> offsets;      // element offset of specs[i] in the arenas
   std::vector<uint64_t> init_index;  // specs[i]'s position in fla's order (init streams)
@@ -157,11 +140,11 @@ struct Model::Impl {
     for (int i = 0; i < cfg.num_layers; ++i) {
       StageScope s(layer_stage(i));
       BlockContext ctx{cfg, i, training};
-      x = fns.forward(ctx, w[static_cast<size_t>(i)], x, t.blocks[static_cast<size_t>(i)]);
+      x = spec->block_forward(ctx, w[static_cast<size_t>(i)], x, t.blocks[static_cast<size_t>(i)]);
     }
     StageScope s("norm");
-    nn::NormOut y = cfg.arch == Arch::kda ? nn::rms_norm_forward(x, norm_w, cfg.eps())
-                                          : nn::layer_norm_forward(x, norm_w, norm_b, cfg.eps());
+    nn::NormOut y = spec->final_norm == FinalNorm::rms ? nn::rms_norm_forward(x, norm_w, cfg.eps())
+                                                       : nn::layer_norm_forward(x, norm_w, norm_b, cfg.eps());
     if (training) {
       t.x_last = x;
       t.norm = y.stats;
@@ -188,19 +171,19 @@ Model::Model(const ModelConfig& cfg, Device device, DType param_dtype) : impl_(s
   m.device = device;
   m.param_dtype = param_dtype;
   m.act_dtype = cfg.precision == Precision::bf16 ? DType::bf16 : param_dtype;
-  m.fns = block_fns(cfg.arch);
+  m.spec = &arch_spec(cfg.arch);
 
   // fla's state_dict order: embeddings, layers, final norm, lm_head.
   const int64_t V = cfg.vocab_size, d = cfg.hidden_size;
   std::vector<ParamSpec> fla;
   fla.push_back({"model.embeddings.weight", {V, d}, Init::normal, 0.02, true});
   for (int i = 0; i < cfg.num_layers; ++i)
-    for (ParamSpec s : m.fns.specs(cfg, i)) {
+    for (ParamSpec s : m.spec->block_specs(cfg, i)) {
       s.name = layer_prefix(i) + s.name;
       fla.push_back(std::move(s));
     }
   fla.push_back({"model.norm.weight", {d}, Init::ones, 1.0, false});
-  if (cfg.arch == Arch::rwkv6) fla.push_back({"model.norm.bias", {d}, Init::zeros, 1.0, false});
+  if (m.spec->final_norm == FinalNorm::layer) fla.push_back({"model.norm.bias", {d}, Init::zeros, 1.0, false});
   if (!cfg.tie_embeddings) fla.push_back({"lm_head.weight", {V, d}, Init::normal, 0.02, true});
 
   // Arena order: decayed parameters first (AdamW decays [0, decay_end)), fla's order within.
@@ -252,7 +235,7 @@ Model::Model(const ModelConfig& cfg, Device device, DType param_dtype) : impl_(s
   const size_t nw = m.index_of("model.norm.weight");
   m.norm_w = m.view_of(m.arenas.params, nw);
   m.norm_gw = m.view_of(m.arenas.grads, nw);
-  if (cfg.arch == Arch::rwkv6) {
+  if (m.spec->final_norm == FinalNorm::layer) {
     const size_t nb = m.index_of("model.norm.bias");
     m.norm_b = m.view_of(m.arenas.params, nb);
     m.norm_gb = m.view_of(m.arenas.grads, nb);
@@ -320,7 +303,7 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   Tensor dx;
   {
     StageScope s("norm");
-    dx = m.cfg.arch == Arch::kda
+    dx = m.spec->final_norm == FinalNorm::rms
              ? nn::rms_norm_backward(dy.view({B, T, d}), trunk.x_last, m.norm_w, trunk.norm, m.norm_gw)
              : nn::layer_norm_backward(dy.view({B, T, d}), trunk.x_last, m.norm_w, trunk.norm, m.norm_gw, m.norm_gb);
     dy = Tensor();
@@ -331,8 +314,8 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   for (int i = static_cast<int>(m.cfg.num_layers) - 1; i >= 0; --i) {
     StageScope s(layer_stage(i));
     BlockContext ctx{m.cfg, i, true};
-    dx = m.fns.backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
-                        std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
+    dx = m.spec->block_backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
+                                std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
     ready({layer_prefix(i)});
   }
   StageScope s("embed");
@@ -372,14 +355,11 @@ Tensor Model::next_token_logits(const Tensor& tokens) {
 
 // Training FLOPs per token (forward + backward = 3 x forward): 6 per GEMM weight element
 // (block projections, MLP and the LM head; not the embedding gather), plus the mixer's
-// chunk products per head (dense estimates, masks not discounted), C = min(chunk, seq_len):
-//   KDA    forward 2 (5 C D + 3 D^2): the two C x C score rows (A_qk, A_kk), W and U rows,
-//          A_qk Delta, and W S, Kbar^T Delta, Q~ S
-//   RWKV6  forward 2 (2 C D + 2 D^2): the score row, A v, and r S, the state update
+// chunk products per head (dense estimates, masks not discounted) at C = min(chunk, seq_len):
+// ArchSpec::mixer_forward_flops, whose rows (arch.cpp) name each architecture's products.
 int Model::mixer_chunk(int64_t batch, int64_t seq_len) const {
   const ModelConfig& c = impl_->cfg;
-  if (c.arch != Arch::kda) return rwkv6_mixer_config(c, device()).chunk;
-  return mixers::kda_chunk(kda_mixer_config(c, device()), {batch, seq_len, c.num_heads, c.head_dim}, impl_->act_dtype);
+  return impl_->spec->mixer_chunk(c, device(), batch, seq_len, impl_->act_dtype);
 }
 
 double Model::flops_per_token(int64_t seq_len, int64_t batch) const {
@@ -391,8 +371,7 @@ double Model::flops_per_token(int64_t seq_len, int64_t batch) const {
   if (m.cfg.tie_embeddings) gemm += static_cast<double>(m.cfg.vocab_size * m.cfg.hidden_size);
   const double C = static_cast<double>(std::min<int64_t>(mixer_chunk(batch, seq_len), std::max<int64_t>(seq_len, 1)));
   const double D = static_cast<double>(m.cfg.head_dim), H = static_cast<double>(m.cfg.num_heads);
-  const double mixer_fwd =
-      m.cfg.arch == Arch::kda ? 2.0 * (5.0 * C * D + 3.0 * D * D) : 2.0 * (2.0 * C * D + 2.0 * D * D);
+  const double mixer_fwd = m.spec->mixer_forward_flops(C, D);
   return 6.0 * gemm + 3.0 * mixer_fwd * H * static_cast<double>(m.cfg.num_layers);
 }
 
@@ -418,31 +397,8 @@ nlohmann::json Model::fla_config() const {
   j["fuse_cross_entropy"] = true;
   j["use_l2warp"] = false;
   j["torch_dtype"] = "float32";
-  if (c.arch == Arch::kda) {
-    j["model_type"] = "kda";
-    j["architectures"] = {"KDAForCausalLM"};
-    j["head_dim"] = c.head_dim;
-    j["num_v_heads"] = c.num_heads;
-    j["expand_v"] = 1.0;
-    j["use_short_conv"] = true;
-    j["allow_neg_eigval"] = false;
-    j["conv_size"] = 4;
-    j["hidden_ratio"] = 4;
-    j["hidden_act"] = "swish";
-    j["fuse_swiglu"] = true;
-  } else {
-    j["model_type"] = "rwkv6";
-    j["architectures"] = {"RWKV6ForCausalLM"};
-    j["expand_k"] = static_cast<double>(c.num_heads * c.head_dim) / static_cast<double>(c.hidden_size);
-    j["expand_v"] = 1.0;
-    j["hidden_ratio"] = 3.5;
-    j["proj_low_rank_dim"] = c.rwkv6_proj_low_rank_dim;
-    j["gate_low_rank_dim"] = c.rwkv6_gate_low_rank_dim;
-    j["hidden_act"] = "sqrelu";
-    j["norm_first"] = true;
-    j["norm_bias"] = true;
-    j["fuse_linear_cross_entropy"] = false;
-  }
+  j["architectures"] = {impl_->spec->fla_class};
+  impl_->spec->fla_config(c, j);
   return j;
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/model/arch.h"
+
 namespace lt::train {
 namespace {
 
@@ -383,7 +385,7 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   if (rc.out_dir.empty()) throw ConfigError("config key 'out': expected a folder path, got an empty string");
 
   model::ModelConfig& m = rc.model;
-  m.arch = get<std::string>(eff, "model.arch") == "kda" ? model::Arch::kda : model::Arch::rwkv6;
+  m.arch = model::parse_arch(get<std::string>(eff, "model.arch"));
   m.vocab_size = get<int64_t>(eff, "model.vocab_size");
   m.hidden_size = get<int64_t>(eff, "model.hidden_size");
   m.num_layers = get<int64_t>(eff, "model.num_layers");
@@ -396,10 +398,9 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   m.precision = model::parse_precision(prec);
   m.mixer_path = get<std::string>(eff, "model.mixer_path");
   m.chunk = static_cast<int>(get<int64_t>(eff, "model.chunk"));
-  if (m.arch == model::Arch::rwkv6 && m.head_dim * m.num_heads > m.hidden_size * 4)
-    throw ConfigError("config keys 'model.head_dim' x 'model.num_heads' (" + std::to_string(m.head_dim) + " x " +
-                      std::to_string(m.num_heads) + ") exceed what RWKV6 allows for model.hidden_size " +
-                      std::to_string(m.hidden_size));
+  try {
+    model::arch_spec(m.arch).check_sizes(m);
+  } catch (const std::invalid_argument& e) { throw ConfigError(e.what()); }
 
   data::DataConfig& d = rc.data;
   d.source = get<std::string>(eff, "data.source");
