@@ -231,7 +231,8 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
       t.byte_id_[b] = it == t.vocab_.end() ? -1 : it->second;
     }
     // Merges: "a b" strings (older files) or ["a", "b"] pairs; rank = position in the list.
-    const auto& merges = m.contains("merges") ? m["merges"] : nlohmann::json::array();
+    static const nlohmann::json kNoMerges = nlohmann::json::array();
+    const nlohmann::json& merges = m.contains("merges") ? m["merges"] : kNoMerges;
     for (size_t r = 0; r < merges.size(); ++r) {
       std::string a, b;
       if (merges[r].is_array() && merges[r].size() == 2) {
@@ -255,7 +256,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
                                  " names a token missing from model.vocab");
       const uint64_t key =
           static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32 | static_cast<uint32_t>(ib->second);
-      t.merges_.emplace(key, std::make_pair(static_cast<int32_t>(r), iab->second));  // the first rank wins
+      t.merges_[key] = {static_cast<int32_t>(r), iab->second};  // a repeated pair keeps its last rank, as the reference
     }
     return t;
   } catch (const nlohmann::json::exception& e) {
