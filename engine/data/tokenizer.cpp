@@ -116,16 +116,16 @@ size_t match_at(const std::vector<char32_t>& cp, size_t i) {
   return j - i - 1;
 }
 
-[[noreturn]] void unsupported(const std::string& name, const std::string& key, const std::string& what) {
-  throw std::runtime_error("tokenizer " + name + ": " + key + " " + what +
+[[noreturn]] void unsupported(const std::string& name, const std::string& key, const nlohmann::json& value) {
+  throw std::runtime_error("tokenizer " + name + ": " + key + " " + value.dump() +
                            " is not supported (byte-level BPE as scripts/prepare_tokens.py writes it is)");
 }
 
 std::string show(const nlohmann::json& v) { return v.dump(); }
 
-// The component's "type", or "" when the component is null / absent.
+// The component's "type", or "none" when the component is null / absent.
 std::string type_of(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return "";
+  if (!j.contains(key) || j[key].is_null()) return "none";
   const auto& c = j[key];
   if (!c.is_object() || !c.contains("type") || !c["type"].is_string()) return "(no type)";
   return c["type"].get<std::string>();
@@ -173,21 +173,22 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
   if (!j.is_object()) throw std::runtime_error("tokenizer " + name + ": not a JSON object");
   try {
     for (const char* key : {"truncation", "padding", "normalizer"})
-      if (j.contains(key) && !j[key].is_null()) unsupported(name, key, show(j[key]));
-    if (type_of(j, "model") != "BPE") unsupported(name, "model.type", "'" + type_of(j, "model") + "'");
+      if (j.contains(key) && !j[key].is_null()) unsupported(name, key, j[key]);
+    if (type_of(j, "model") != "BPE") unsupported(name, "model.type", type_of(j, "model"));
     const auto& m = j["model"];
     for (const char* key : {"dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(key) && !m[key].is_null() && !(m[key].is_string() && m[key].get<std::string>().empty()))
-        unsupported(name, std::string("model.") + key, show(m[key]));
+        unsupported(name, std::string("model.") + key, m[key]);
     for (const char* key : {"byte_fallback", "ignore_merges"})
-      if (m.contains(key) && m[key] != false) unsupported(name, std::string("model.") + key, show(m[key]));
+      if (m.contains(key) && m[key] != false) unsupported(name, std::string("model.") + key, m[key]);
     if (type_of(j, "pre_tokenizer") != "ByteLevel")
-      unsupported(name, "pre_tokenizer.type", "'" + type_of(j, "pre_tokenizer") + "'");
+      unsupported(name, "pre_tokenizer.type", type_of(j, "pre_tokenizer"));
     const auto& pre = j["pre_tokenizer"];
-    if (pre.contains("use_regex") && pre["use_regex"] != true) unsupported(name, "pre_tokenizer.use_regex", "false");
+    if (pre.contains("use_regex") && pre["use_regex"] != true)
+      unsupported(name, "pre_tokenizer.use_regex", pre["use_regex"]);
     const std::string post = type_of(j, "post_processor");
-    if (!post.empty() && post != "ByteLevel") unsupported(name, "post_processor.type", "'" + post + "'");
-    if (type_of(j, "decoder") != "ByteLevel") unsupported(name, "decoder.type", "'" + type_of(j, "decoder") + "'");
+    if (post != "none" && post != "ByteLevel") unsupported(name, "post_processor.type", post);
+    if (type_of(j, "decoder") != "ByteLevel") unsupported(name, "decoder.type", type_of(j, "decoder"));
 
     Tokenizer t;
     t.add_prefix_space_ = pre.value("add_prefix_space", false);
@@ -207,7 +208,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
         const auto& a = j["added_tokens"][k];
         const std::string where = "added_tokens[" + std::to_string(k) + "]";
         for (const char* key : {"lstrip", "rstrip", "single_word"})
-          if (a.value(key, false)) unsupported(name, where + "." + key, "true");
+          if (a.value(key, false)) unsupported(name, where + "." + key, true);
         AddedToken at{a.at("content").get<std::string>(), a.at("id").get<int32_t>(), a.value("normalized", false)};
         if (at.content.empty()) throw std::runtime_error("tokenizer " + name + ": " + where + ".content is empty");
         if (at.id < 0) throw std::runtime_error("tokenizer " + name + ": " + where + ".id is negative");
@@ -296,7 +297,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   if (piece.empty()) return;
   std::string prefixed;
   if (add_prefix_space_ && piece.front() != ' ') {
-    prefixed = " " + std::string(piece);
+    prefixed.assign(1, ' ').append(piece);
     piece = prefixed;
   }
   for (std::string_view word : byte_level_split(piece)) encode_word(word, out);
