@@ -324,7 +324,10 @@ std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& token
     }
   }
   std::string s;
-  for (size_t i = 0; i < tokens.size(); ++i) s += (i ? " " : "") + std::to_string(tokens[i]);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) s += ' ';
+    s += std::to_string(tokens[i]);
+  }
   return s;
 }
 
