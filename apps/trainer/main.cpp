@@ -122,7 +122,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t
   std::vector<int32_t> ids = lt::train::encode_prompt(lm.config, prompt);
   if (lm.config.data.source == "tokens") {
     std::string tok = (fs::path(lm.config.data.path).parent_path() / "tokenizer.json").string();
-    if (fs::exists(tok)) spdlog::info("decoding with {}", tok);
+    if (fs::exists(tok)) spdlog::info("encoding and decoding with {}", tok);
     else spdlog::info("no tokenizer.json beside the run's token data: prompt and output are token ids");
   }
   auto out = lt::train::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
@@ -245,11 +245,15 @@ int main(int argc, char** argv) {
   ex->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
   ex->add_option("--out", ex_out, "output folder for config.json and model.safetensors")->required();
   CLI::App* sa = app.add_subcommand("sample",
-                                    "generate text (byte vocabularies) or token ids from a checkpoint.\n"
+                                    "generate text from a checkpoint (token ids for token data without a "
+                                    "tokenizer.json).\n"
                                     "  e.g. trainer sample --checkpoint runs/text/step-00002000 --prompt \"The \" "
                                     "--tokens 200 --temperature 0.8 --top-k 40");
   sa->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
-  sa->add_option("--prompt", prompt, "prompt text (byte vocab) or token ids \"12 7 99\" (token data)")->required();
+  sa->add_option("--prompt", prompt,
+                 "prompt text, for byte and BPE models alike (BPE: encoded with the tokenizer.json beside the "
+                 "run's token shards); token data without a tokenizer.json: token ids \"12 7 99\"")
+      ->required();
   sa->add_option("--tokens", n_tokens, "tokens to generate (default 64)");
   sa->add_option("--temperature", temperature, "softmax temperature; 0 = greedy (default 0)");
   sa->add_option("--top-k", top_k, "sample among the k most likely tokens; 0 = all (default 0)");

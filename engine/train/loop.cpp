@@ -16,12 +16,12 @@
 #include <optional>
 #include <random>
 #include <sstream>
-#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
 #include "allocator/caching_allocator.h"
 #include "engine/data/loader.h"
+#include "engine/data/tokenizer.h"
 #include "engine/dist/grad_sync.h"
 #include "engine/model/decode.h"
 #include "engine/ops.h"
@@ -218,33 +218,6 @@ bool byte_vocab(const RunConfig& rc) {
   return rc.data.source == "text" || (rc.data.source == "synthetic" && rc.data.task == "bytes");
 }
 
-// GPT-2 byte-level BPE: the printable stand-in characters for each byte.
-std::vector<std::string> byte_level_alphabet() {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<int> cs = bs;
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
-      bs.push_back(b);
-      cs.push_back(256 + n++);
-    }
-  std::vector<std::string> out(256);
-  for (size_t i = 0; i < bs.size(); ++i) {
-    int c = cs[i];
-    std::string u;
-    if (c < 0x80) u += static_cast<char>(c);
-    else {
-      u += static_cast<char>(0xC0 | (c >> 6));
-      u += static_cast<char>(0x80 | (c & 0x3F));
-    }
-    out[static_cast<size_t>(bs[i])] = u;
-  }
-  return out;
-}
-
 // tokenizer.json beside the token shards (the folder of data.path, or of its glob).
 std::string tokenizer_path(const RunConfig& rc) {
   if (rc.data.source != "tokens") return "";
@@ -358,38 +331,16 @@ std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& token
   std::string tok = tokenizer_path(rc);
   if (!tok.empty()) {
     try {
-      std::ifstream f(tok);
-      auto j = nlohmann::json::parse(f);
-      std::unordered_map<int64_t, std::string> inv;
-      for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
-        inv[it.value().get<int64_t>()] = it.key();
-      if (j.contains("added_tokens"))
-        for (const auto& a : j["added_tokens"]) inv[a["id"].get<int64_t>()] = a["content"].get<std::string>();
-      auto alphabet = byte_level_alphabet();
-      std::unordered_map<std::string, char> back;
-      for (int b = 0; b < 256; ++b) back[alphabet[static_cast<size_t>(b)]] = static_cast<char>(b);
-      std::string out;
-      for (int32_t t : tokens) {
-        auto it = inv.find(t);
-        if (it == inv.end()) continue;
-        const std::string& s = it->second;
-        for (size_t i = 0; i < s.size();) {
-          size_t len = (static_cast<uint8_t>(s[i]) & 0x80) == 0      ? 1
-                       : (static_cast<uint8_t>(s[i]) & 0xE0) == 0xC0 ? 2
-                                                                     : 3;
-          auto b = back.find(s.substr(i, len));
-          if (b != back.end()) out += b->second;
-          else out += s.substr(i, len);
-          i += len;
-        }
-      }
-      return out;
+      return data::Tokenizer::from_file(tok).decode(tokens);
     } catch (const std::exception& e) {
       spdlog::warn("tokenizer {} could not be read ({}): printing token ids", tok, e.what());
     }
   }
   std::string s;
-  for (size_t i = 0; i < tokens.size(); ++i) s += (i ? " " : "") + std::to_string(tokens[i]);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) s += ' ';
+    s += std::to_string(tokens[i]);
+  }
   return s;
 }
 
@@ -397,6 +348,16 @@ std::vector<int32_t> encode_prompt(const RunConfig& rc, const std::string& promp
   std::vector<int32_t> out;
   if (byte_vocab(rc)) {
     for (unsigned char c : prompt) out.push_back(c);
+    return out;
+  }
+  if (std::string tok = tokenizer_path(rc); !tok.empty()) {
+    try {
+      out = data::Tokenizer::from_file(tok).encode(prompt);
+    } catch (const std::exception& e) { throw ConfigError("--prompt: " + std::string(e.what())); }
+    for (int32_t t : out)
+      if (t >= rc.model.vocab_size)
+        throw ConfigError("--prompt: " + tok + " gives token id " + std::to_string(t) + ", outside the model's vocab " +
+                          std::to_string(rc.model.vocab_size));
     return out;
   }
   std::string cleaned = prompt;

@@ -171,8 +171,9 @@ std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& 
 // Text for sampled tokens: bytes for byte vocabularies (source text / synthetic bytes); for
 // token data, decoded with the tokenizer.json beside the shards when there is one, else the ids.
 std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& tokens);
-// The prompt as tokens: bytes for byte vocabularies, else the tokenizer's encoding is not
-// available here, so ids separated by spaces or commas ("12 7 99").
+// The prompt as tokens: bytes for byte vocabularies; for token data, the encoding of the text
+// by the tokenizer.json beside the shards (engine/data/tokenizer.h), or, without one, ids
+// separated by spaces or commas ("12 7 99").
 std::vector<int32_t> encode_prompt(const RunConfig& rc, const std::string& prompt);
 
 }  // namespace lt::train
