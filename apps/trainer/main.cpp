@@ -22,12 +22,14 @@
 #include "engine/dist/launch.h"
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
+#include "engine/model/sampling.h"
 #include "engine/train/bench.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/instrument.h"
 #include "engine/train/kernel_trace.h"
 #include "engine/train/loop.h"
+#include "engine/train/prompt.h"
 #include "engine/train/timers.h"
 #include "kernels/launch.h"
 
@@ -125,7 +127,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t
     if (fs::exists(tok)) spdlog::info("encoding and decoding with {}", tok);
     else spdlog::info("no tokenizer.json beside the run's token data: prompt and output are token ids");
   }
-  auto out = lt::train::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
+  auto out = lt::model::sample_tokens(*lm.model, ids, tokens, temperature, top_k, seed);
   std::vector<int32_t> all = ids;
   all.insert(all.end(), out.begin(), out.end());
   std::cout << lt::train::decode_tokens(lm.config, all) << std::endl;

@@ -1,5 +1,6 @@
-// The training loop and the pieces the trainer's subcommands share (device choice, model
-// from a checkpoint, evaluation, sampling).
+// The training run's interface (train_run; its implementation is the Trainer class,
+// engine/train/trainer.h, with resume, report and fault injection in files of their own) and
+// the pieces the trainer's subcommands share (device choice, model from a checkpoint, evaluation).
 //
 // One step (stages in the launch atlas / timers in brackets):
 //   ["data"]        grad_accum micro-batches from the loader, which writes them (on its
@@ -162,18 +163,6 @@ struct EvalResult {
 // every call: the validation loader restarts from the seed).
 EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches);
 
-// Autoregressive sampling from `prompt`: n tokens, temperature (0: greedy) and top-k (0: all),
-// deterministic by seed. Runs the recurrent form (engine/model/decode.h): the prompt once
-// through the per-layer state, then O(1) work per new token (the state does not grow).
-std::vector<int32_t> sample_tokens(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, double temperature,
-                                   int64_t top_k, uint64_t seed);
-
-// Text for sampled tokens: bytes for byte vocabularies (source text / synthetic bytes); for
-// token data, decoded with the tokenizer.json beside the shards when there is one, else the ids.
-std::string decode_tokens(const RunConfig& rc, const std::vector<int32_t>& tokens);
-// The prompt as tokens: bytes for byte vocabularies; for token data, the encoding of the text
-// by the tokenizer.json beside the shards (engine/data/tokenizer.h), or, without one, ids
-// separated by spaces or commas ("12 7 99").
-std::vector<int32_t> encode_prompt(const RunConfig& rc, const std::string& prompt);
+// Sampling: engine/model/sampling.h; prompts and printed samples: engine/train/prompt.h.
 
 }  // namespace lt::train

@@ -16,7 +16,7 @@
 
 #include "engine/data/tokenizer.h"
 #include "engine/train/config.h"
-#include "engine/train/loop.h"
+#include "engine/train/prompt.h"
 #include "tests/engine/io/temp_dir.h"
 #include "tests/support/test_seed.h"
 

@@ -15,8 +15,8 @@
 #include "allocator/caching_allocator.h"
 #include "engine/model/decode.h"
 #include "engine/model/model.h"
+#include "engine/model/sampling.h"
 #include "engine/ops.h"
-#include "engine/train/loop.h"
 
 using lt::Device;
 using lt::DType;
@@ -86,7 +86,7 @@ double decode_vs_forward(Arch arch, DType dtype, int64_t T) {
 }
 
 // The full-forward rollout sample_tokens replaced: next_token_logits over the whole
-// sequence for every new token, the same sampling rule.
+// sequence for every new token, the same sampling rule (sample_next).
 std::vector<int32_t> reference_sample(Model& m, const std::vector<int32_t>& prompt, int64_t n, double temperature,
                                       int64_t top_k, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -95,25 +95,7 @@ std::vector<int32_t> reference_sample(Model& m, const std::vector<int32_t>& prom
     std::vector<int64_t> ids(seq.begin(), seq.end());
     const Tensor tokens = Tensor::from_vector(ids, {1, static_cast<int64_t>(seq.size())}, DType::i32);
     const std::vector<double> logits = m.next_token_logits(tokens).to_vector();
-    int32_t next = 0;
-    if (temperature <= 0.0) {
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    } else {
-      std::vector<int32_t> idx(logits.size());
-      for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<int32_t>(j);
-      const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), idx.size()) : idx.size();
-      std::partial_sort(idx.begin(), idx.begin() + static_cast<int64_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
-      });
-      const double mx = logits[static_cast<size_t>(idx[0])];
-      std::vector<double> p(k);
-      double sum = 0.0;
-      for (size_t j = 0; j < k; ++j) sum += p[j] = std::exp((logits[static_cast<size_t>(idx[j])] - mx) / temperature);
-      double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
-      size_t j = 0;
-      for (; j + 1 < k && u >= p[j]; ++j) u -= p[j];
-      next = idx[j];
-    }
+    const int32_t next = lt::model::sample_next(logits, temperature, top_k, rng);
     seq.push_back(next);
     out.push_back(next);
   }
@@ -197,10 +179,10 @@ TEST_CASE("decode: sample_tokens gives the full-forward rollout's tokens (greedy
     init_perturbed(m, 9);
     const std::vector<int32_t> prompt = {3, 17, 42, 5, 60};
     const int64_t n = 24;  // prompt + n = 29 positions: beyond three chunks of 8
-    const std::vector<int32_t> greedy = lt::train::sample_tokens(m, prompt, n, 0.0, 0, 1);
+    const std::vector<int32_t> greedy = lt::model::sample_tokens(m, prompt, n, 0.0, 0, 1);
     CHECK(greedy == reference_sample(m, prompt, n, 0.0, 0, 1));
     // The trainer's setting (temperature 0.8, top-k 40): the same draws from the same seed.
-    const std::vector<int32_t> sampled = lt::train::sample_tokens(m, prompt, n, 0.8, 40, 123);
+    const std::vector<int32_t> sampled = lt::model::sample_tokens(m, prompt, n, 0.8, 40, 123);
     CHECK(sampled == reference_sample(m, prompt, n, 0.8, 40, 123));
     // Not a constant sequence: the test compares something.
     CHECK(std::count(sampled.begin(), sampled.end(), sampled.front()) < n);
