@@ -1,7 +1,11 @@
 // KDA fused path: every block program at once (the translation units include only the
 // programs of their pass). One file a launch, in kernels/kda/:
-//   block_common.h    the two executors and their rules, per-configuration constants (Cfg),
-//                     helpers, block products, solve
+//   cfg.h             the two executors and their rules, per-configuration constants (Cfg)
+//   scalar.h          scalar helpers (exp2, the gate, bf16 pairs, element loads and stores)
+//   tiles.h           warp-level tensor-core tiles (TF32 mma fragments)
+//   block_products.h  block-level products over shared memory, chunk positions, scan progress
+//   reductions.h      column scans, row / column reductions over slices, L2 prefetch
+//   chunk_ops.h       the programs' shared building blocks (gates, norms, solve, state products)
 //   intra.h           intra          (forward, chunk-parallel)
 //   scan.h            inter          (forward state scan)
 //   aqk_dO.h          aqk_dO         (backward, first launch)
@@ -57,7 +61,7 @@
 #pragma once
 
 #include "kernels/kda/aqk_dO.h"
-#include "kernels/kda/block_common.h"
+#include "kernels/kda/chunk_ops.h"
 #include "kernels/kda/inter_adjoint.h"
 #include "kernels/kda/intra.h"
 #include "kernels/kda/intra_adjoint.h"

@@ -8,7 +8,7 @@
 //             where B*H leaves SMs idle) -> intra_adjoint (NT*B*H)                   3 launches
 //             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed;
 //             the intra adjoint runs beside the scan, each block waiting for its chunk's
-//             scan progress: kernels/kda/block_common.h, scan_progress)
+//             scan progress: kernels/kda/block_products.h, scan_progress)
 // Accumulation: fp32 everywhere (inputs f32 or bf16 are converted on load; outputs and
 // input-shaped gradients are rounded once on store). State, trajectory and scratch: fp32.
 // Every output and scratch buffer is fully overwritten (no zero-fills); the only counters

@@ -2,7 +2,7 @@
 // (overview: kernels/kda_blocks.h).
 #pragma once
 
-#include "kernels/kda/block_common.h"
+#include "kernels/kda/chunk_ops.h"
 
 namespace lt::kda::KDA_BLOCKS_NS {
 

@@ -1,4 +1,4 @@
-// The CPU executor of the KDA block programs (kernels/kda/block_common.h states the contract
+// The CPU executor of the KDA block programs (kernels/kda/cfg.h states the contract
 // a Blk fulfils): an emulated thread block of NTHR host threads, warps of 32 emulated lanes,
 // tensor-core products computed from gathered fragments, and grids run block after block
 // (clusters: their blocks at once) with NaN-filled shared memory.

@@ -15,7 +15,7 @@
 #include "kernels/launch.h"
 
 namespace lt::kda::cuda_launch {
-namespace blocks = blocks_dev;  // kernels/kda/block_common.h: the device-side namespace
+namespace blocks = blocks_dev;  // kernels/kda/cfg.h: the device-side namespace
 namespace {
 
 // One thin wrapper per program, on purpose: each carries its own __launch_bounds__. A shared

@@ -1,4 +1,4 @@
-// KDA fused CUDA path: the CUDA executor of the block programs (kernels/kda/block_common.h
+// KDA fused CUDA path: the CUDA executor of the block programs (kernels/kda/cfg.h
 // states the contract a Blk fulfils; the CPU twin's executor: kernels/cpu/kda/emulator.h).
 // Included by kernels/cuda/kda/forward.cuh and backward.cuh.
 #pragma once
@@ -25,7 +25,7 @@ struct CudaBlk {
   __device__ uint32_t arrive(uint32_t* counter) { return atomicAdd(counter, 1u); }
   __device__ void acquire() { __threadfence(); }
   __device__ float load_cg(const float* p) { return __ldcg(p); }
-  // Scan progress (kernels/kda/block_common.h, scan_progress): publish() by one thread after a
+  // Scan progress (kernels/kda/block_products.h, scan_progress): publish() by one thread after a
   // block barrier that follows the block's writes (fence, then the add: the grid-barrier
   // pattern); wait_progress() by one thread, a block barrier after it.
   __device__ void publish(uint32_t* counter) {

@@ -12,7 +12,7 @@
 #include "kernels/launch.h"
 
 namespace lt::kda::cuda_launch {
-namespace blocks = blocks_dev;  // kernels/kda/block_common.h: the device-side namespace
+namespace blocks = blocks_dev;  // kernels/kda/cfg.h: the device-side namespace
 namespace {
 
 template <class G, class T, bool kTC, bool kLean>  // G = Cfg<D, C>::Adj (512 threads at C = 64, else 256)

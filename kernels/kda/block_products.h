@@ -1,0 +1,161 @@
+// KDA block programs: block-level products over shared-memory operands (tensor cores or fp32 FMA).
+#pragma once
+#include "kernels/kda/tiles.h"
+
+namespace lt::kda::KDA_BLOCKS_NS {
+
+// ---- block-level products -------------------------------------------------------------
+// A finish that also takes (r, c, v0, v1), the adjacent columns c and c + 1 of one row, is
+// called that way on the tensor-core path (an mma C fragment holds such pairs), so that a
+// store to global memory goes out as one 32-bit (bf16) or 64-bit (fp32) store: per-element
+// 2-byte stores stall the scans (measured: docs/notes-kda.md, "Measurements behind the
+// kernel constants").
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+// For r < M, c < N (M a multiple of 16, N of 8; runtime values):
+//   finish(r, c, init(r, c) + sum_k A(r, k) B(k, c))
+// need(m0, n0): whether the 16x8 tile at (m0, n0) is needed (skipped tiles are not written).
+// kTC: tensor cores, one warp per tile, k over [0, K) (K a multiple of 8; entries outside the
+// product's true range must read as 0). Otherwise one thread per element, k over
+// krange(r, c, lo, hi) (defaults [0, K)), fp32 FMAs.
+struct AllTiles {
+  KDA_DEV bool operator()(int, int) const { return true; }
+};
+struct FullK {
+  KDA_DEV void operator()(int, int, int&, int&) const {}
+};
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA, class FB, class FI, class FO, class FN = AllTiles,
+          class FK = FullK>
+KDA_DEV void block_product(Blk& blk, int M, int N, int K, FA a_at, FB b_at, FI init, FO finish, FN need = FN(),
+                           FK krange = FK()) {
+  if constexpr (kTC) {
+    const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
+    const int ntn = N / 8, ntiles = (M / 16) * ntn;
+    for (int ti = warp; ti < ntiles; ti += NTHR / 32) {
+      const int m0 = (ti / ntn) * 16, n0 = (ti % ntn) * 8;
+      if (!need(m0, n0)) continue;  // warp-uniform
+      float acc[4];
+      KDA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        int r, c;
+        frag_rc(lane, e, r, c);
+        acc[e] = init(m0 + r, n0 + c);
+      }
+      mma_acc<kSplit>(
+          blk, acc, K, [&](int r, int k) { return a_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
+      if constexpr (std::is_invocable_v<FO&, int, int, float, float>) {  // (c, c + 1) pairs
+        KDA_UNROLL
+        for (int e = 0; e < 4; e += 2) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          finish(m0 + r, n0 + c, acc[e], acc[e + 1]);
+        }
+      } else {
+        KDA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          finish(m0 + r, n0 + c, acc[e]);
+        }
+      }
+    }
+  } else {
+    for (int e = blk.tid(); e < M * N; e += NTHR) {
+      const int r = e / N, c = e % N;
+      if (!need((r / 16) * 16, (c / 8) * 8)) continue;
+      int lo = 0, hi = K;
+      krange(r, c, lo, hi);
+      float acc = init(r, c);
+      for (int k = lo; k < hi; ++k) acc += a_at(r, k) * b_at(k, c);
+      finish(r, c, acc);
+    }
+  }
+}
+// Two products with a shared B: finish(r, c, sum_k A1(r,k) B(k,c), sum_k A2(r,k) B(k,c)).
+template <bool kTC, bool kSplit, int NTHR, class Blk, class FA1, class FA2, class FB, class FO, class FK = FullK>
+KDA_DEV void block_product2(Blk& blk, int M, int N, int K, FA1 a1_at, FA2 a2_at, FB b_at, FO finish, FK krange = FK()) {
+  if constexpr (kTC) {
+    const int lane = blk.tid() & 31, warp = blk.tid() >> 5;
+    const int ntn = N / 8, ntiles = (M / 16) * ntn;
+    for (int ti = warp; ti < ntiles; ti += NTHR / 32) {
+      const int m0 = (ti / ntn) * 16, n0 = (ti % ntn) * 8;
+      float acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_acc2<kSplit>(
+          blk, acc1, acc2, K, [&](int r, int k) { return a1_at(m0 + r, k); },
+          [&](int r, int k) { return a2_at(m0 + r, k); }, [&](int k, int c) { return b_at(k, n0 + c); });
+      KDA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        int r, c;
+        frag_rc(lane, e, r, c);
+        finish(m0 + r, n0 + c, acc1[e], acc2[e]);
+      }
+    }
+  } else {
+    for (int e = blk.tid(); e < M * N; e += NTHR) {
+      const int r = e / N, c = e % N;
+      int lo = 0, hi = K;
+      krange(r, c, lo, hi);
+      float acc1 = 0.0f, acc2 = 0.0f;
+      for (int k = lo; k < hi; ++k) {
+        const float b = b_at(k, c);
+        acc1 += a1_at(r, k) * b;
+        acc2 += a2_at(r, k) * b;
+      }
+      finish(r, c, acc1, acc2);
+    }
+  }
+}
+
+// Where chunk n of sequence (b, h) lives. The int64 bases are computed once per block, so
+// the per-element index is one multiply-add: Dims::NT() is an int64 division (a long
+// software sequence on the GPU), too costly to evaluate per element.
+struct ChunkPos {
+  int64_t b, h, bh, n, t0;
+  int L;               // valid rows
+  int64_t NT;          // chunks per sequence
+  int64_t in_base;     // element (0, 0) of the chunk in a [B,T,H,D] input
+  int64_t in_rstride;  // H * D: one token row of a [B,T,H,D] input
+  int64_t row_base;    // row 0 of the chunk in a [B,T,H] input
+  int64_t ws_row;      // row 0 of the chunk in a [B,H,Tp,*] workspace tile
+  int64_t ws_base;     // element (0, 0) of the chunk in a [B,H,Tp,D] workspace tile
+  int D;
+  KDA_DEV ChunkPos(const Dims& dm, int64_t bh_, int64_t n_)
+      : b(bh_ / dm.H), h(bh_ % dm.H), bh(bh_), n(n_), t0(n_ * dm.C) {
+    const int64_t rest = dm.T - t0;
+    L = static_cast<int>(rest < dm.C ? rest : dm.C);
+    NT = dm.NT();
+    D = dm.D;
+    in_rstride = dm.H * dm.D;
+    row_base = (b * dm.T + t0) * dm.H + h;
+    in_base = row_base * dm.D;
+    ws_row = bh * NT * dm.C + t0;
+    ws_base = ws_row * dm.D;
+  }
+  // element (r, col) of a [B,T,H,D] input; row of a [B,T,H] input
+  KDA_DEV int64_t in(const Dims&, int r, int col) const { return in_base + r * in_rstride + col; }
+  KDA_DEV int64_t in_row(const Dims& dm, int r) const { return row_base + r * dm.H; }
+  // element (r, col) of a [B,H,Tp,D] workspace tile (r < C, so r * D fits in int)
+  KDA_DEV int64_t ws(const Dims&, int r, int col) const { return ws_base + (r * D + col); }
+  KDA_DEV int64_t gam(const Dims&, int col) const { return (bh * NT + n) * D + col; }
+};
+
+// The backward scan's progress for sequence bh (counters[H + bh], zeroed by aqk_dO): each of
+// the scan's nv blocks of the sequence (scan_blocks) adds 1 once a chunk's rows of dDelta,
+// X_k and dgamma_s (full scan: also X_q, X_w) are written, chunks in the scan's order
+// NT - 1, ..., 0. So chunk n is ready for the intra adjoint once the count reaches
+// nv (NT - n); that lets the intra adjoint run beside the scan (programmatic dependent
+// launch) on the SMs the scan leaves idle.
+KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int64_t bh) {
+  return ws.counters + dm.H + bh;
+}
+KDA_DEV int scan_blocks(const FusedArgs& a) { return a.scan_split > 1 ? a.scan_split : 1; }
+
+KDA_DEV float resolved_scale(const FusedArgs& a) {
+  return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
+}
+
+}  // namespace lt::kda::KDA_BLOCKS_NS

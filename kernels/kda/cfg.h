@@ -1,0 +1,133 @@
+// KDA fused path: the executor contract of the block programs, the namespaces and macros of the two
+// executors, and the per-configuration constants (Cfg). The programs: kernels/kda_blocks.h; what
+// they share, by job: cfg.h (this), scalar.h, tiles.h, block_products.h, reductions.h, chunk_ops.h.
+// One definition serves two executors:
+//   kernels/cuda/kda/     each program is the body of a __global__ kernel (Blk = CUDA block)
+//   kernels/cpu/kda.cpp   the CPU twin runs the same program on an emulated block: NTHR host
+//                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
+// So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.
+//
+// A program sees: FusedArgs and its pass's workspace (ForwardWorkspace / BackwardWorkspace),
+// a Blk, its block coordinates and a float* to its shared memory. Blk provides: tid(); sync()
+// (block barrier); warp_sum(v) (sum over the 32 lanes, every lane gets it); shfl_xor(v, mask)
+// (the value of lane ^ mask); fence() (device-scope fence of this thread's writes);
+// arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
+// other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
+// p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product);
+// copy16_async(dst, src) (4 floats global -> shared, both 16-byte aligned: landed once this
+// thread's wait_copies() returns, visible to the block after a later sync(); at once on the CPU).
+// The split inter adjoint's Blk (a block of a thread-block cluster) also provides
+// cluster_sync() and peer(p, rank) (see inter_adjoint_split_program).
+// Rules that keep both executors equivalent: every sync(), warp_sum() and shfl_xor() is
+// reached by all threads (the warp ones: all 32 lanes); shared memory is carved by byte counts below;
+// global memory written by one block is read by another only across launches (or after
+// arrive()/acquire() in the intra adjoint's last-block reduction).
+#pragma once
+#include <math.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/half.h"
+#include "kernels/kda.h"
+#if defined(__CUDACC__)
+#include "kernels/cuda/mma.cuh"  // bf16_bits_rn, pack_bf16x2_rn
+#endif
+
+// The CUDA and the CPU translation units both instantiate these programs. nvcc's host pass
+// emits host stubs for __device__ functions under their own names, which would collide
+// with the CPU twins' inline definitions at link time; so each side gets its namespace.
+#if defined(__CUDACC__)
+#define KDA_BLOCKS_NS blocks_dev
+#define KDA_DEV __device__ __forceinline__
+#define KDA_UNROLL _Pragma("unroll")
+#define KDA_UNROLL_N(n) _Pragma("unroll 8")  // only n = 8 is used
+#else
+#define KDA_BLOCKS_NS blocks
+#define KDA_DEV inline
+#define KDA_UNROLL
+#define KDA_UNROLL_N(n)
+#endif
+
+namespace lt::kda::KDA_BLOCKS_NS {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr int kSub = 16;  // sub-block rows of the safe factorisation and of the solve
+
+// ---- per-configuration constants --------------------------------------------------------
+template <int D_, int C_, int NT_ = 256>
+struct Cfg {
+  static constexpr int D = D_;         // head dim (K = V = D)
+  static constexpr int C = C_;         // chunk length
+  static constexpr int KS = 32;        // column slice of the chunk-parallel programs
+  static constexpr int NKS = D / KS;   // slices per row
+  static constexpr int NB = C / kSub;  // sub-blocks per chunk
+  static constexpr int LS = KS + 1;    // slice row stride (odd: conflict-free columns)
+  static constexpr int LC = C + 4;     // C x C row stride: 4 mod 32 makes the mma A-fragment
+                                       // reads (g, t) of C x C tiles conflict-free (odd: up
+                                       // to 4-way) and the transposed ones (t, g) 2-way
+  static constexpr int LD = D + 1;     // D-wide row stride
+  static constexpr int NTHR = NT_;     // threads of the chunk-parallel programs
+  static constexpr int SLICE = C * LS;
+  static constexpr int CC = C * LC;
+  // inter (forward scan): V tiles of BV columns, NTHR_I threads. Not narrower: every block
+  // loads the chunk's full C x D W / Qp / Kbar tiles, so more V tiles mean more per-chunk
+  // loads (BV = 8 is slower: docs/notes-kda.md, "Measurements behind the kernel constants").
+  // At D = 128, C = 64 the 16-column tile (128 threads) keeps 132 KB of shared memory a block
+  // (one block an SM: the 8 V tiles of 32 heads are two waves of the whole sequential scan)
+  // and 208 prefetch floats a thread (over the 128 of the register prefetch, so each chunk's
+  // tiles load on the critical path); 32 columns on 256 threads halve the blocks and the
+  // per-thread loads (docs/notes-kda.md, "2026-12-01: the D128 chunk programs"). At D = 128,
+  // C = 32 (the chunk the engine picks at D = 128) the wide tile halves the per-chunk tile
+  // loads and the A-fragment reads an SM makes
+  // (docs/notes-kda.md, "2026-12-02: the chunk table").
+  static constexpr bool kWideInter = D_ == 128 && C_ >= 32;
+  static constexpr int BV = kWideInter ? 32 : 16;
+  static constexpr int NV = D / BV;
+  static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:
+                                      // 4 mod 32 makes the (g, t) fragment pattern conflict-free
+  static constexpr int LBV = BV + 8;  // (BV + 8) t + g = 8 t + g (mod 32), t < 4, g < 8: the
+                                      // (k = t, n = g) B-fragment pattern is conflict-free
+  static constexpr int NTHR_I = kWideInter ? 256 : 128;
+  // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
+  // row blocks of RB rows, TPW adjacent 16x8 tiles of the row-block products per warp. At
+  // D = 64 and C >= 32 the row block is 32 rows, so 16 warps share each chunk's work (8 warps
+  // leave the SM's schedulers idle). At D = 128 a warp takes two tiles (8 warps): every A
+  // fragment it loads then serves two mma and its S' tiles are one whole row of tiles, so a
+  // step loads a third fewer shared-memory operands, and the cap of 255 registers (not 128 at
+  // 512 threads, which spilled) holds the 64 S' accumulators (docs/notes-kda.md, "2026-12-01:
+  // the D128 chunk programs").
+  static constexpr int RB = (D == 64 && C >= 32) ? 2 * kSub : kSub;
+  static constexpr int TPW = D == 128 ? 2 : 1;
+  static constexpr int NTHR_A = (RB / 16) * (D / 8) / TPW * 32;  // S' accumulator: D*D/NTHR_A registers
+  static_assert(D % KS == 0 && C % kSub == 0 && NTHR % 32 == 0);
+  static_assert((C * KS) % (2 * NTHR) == 0, "slice loops (column pairs) are uniform over threads");
+  static_assert((C * D) % NTHR == 0 && (C * C) % NTHR == 0);
+  static_assert((C * BV) % NTHR_I == 0 && (D * BV) % NTHR_I == 0 && NTHR_I % BV == 0);
+  static_assert((D * D) % NTHR_A == 0 && (RB * D) % (2 * NTHR_A) == 0);
+  static_assert((C * D) % (2 * NTHR_I) == 0 && (C * BV) % (2 * NTHR_I) == 0, "scan loads: column pairs");
+
+  // shared memory, in floats
+  static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
+  static constexpr int kAqkLH = KS + 8;                                     // row stride of aqk_dO's h[n] slice
+  static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
+  static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
+  static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
+  static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
+  // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
+  // more latency there. At C <= 32 several 256-thread blocks fit per SM and 256 threads are
+  // faster (both measured: docs/notes-kda.md, "Measurements behind the kernel constants").
+  using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
+  // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
+  // at C = 32 its shared memory (76 KB, D64 and D128 alike) admits 3 blocks, and the kernel is
+  // bound by latency (wait / long scoreboard / barrier stalls), which more resident blocks
+  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; uncapped 114-125
+  // registers, 2 blocks, and 159 at fp32, 1 block) and still pays (docs/notes-kda.md, "The D128
+  // intra adjoint at three blocks an SM").
+  // At D = 64, C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills.
+  static constexpr int kIntraAdjMinBlocks = NTHR != 256 ? 1 : C == 32 ? 3 : D == 64 ? 4 : 1;
+  static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
+};
+
+}  // namespace lt::kda::KDA_BLOCKS_NS
