@@ -18,8 +18,12 @@ with steps.jsonl, the learning rate with lintrain's, and at every checkpoint in 
 
 The model runs with fla's Triton pieces replaced by their pure-torch definitions (the ones of
 scripts/fla_equivalence.py), in float64 when the run was fp64 (the gate is then 1e-6), else in
-float32 (gate 1e-4; on a GPU pass --device cuda). Exit status 0 when every figure is within the
-gate, 1 otherwise, 2 on bad input.
+float32 (gate 1e-4; on a GPU pass --device cuda); a bf16 run is replayed under
+torch.autocast(bfloat16) with float32 master weights, as lintrain's bf16 mode keeps them.
+--spread replays a second time with every batch's rows split in two halves whose gradients are
+summed (the same mathematics in another reduction order) and also passes a figure whose error
+is within twice the two replays' difference: the check for bf16, where rounding differences grow
+along a trajectory. Exit status 0 when every figure passes, 1 otherwise, 2 on bad input.
 """
 import argparse
 import json
@@ -61,6 +65,84 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+class Replay:
+    """fla's model + torch.optim.AdamW on the dumped batches, one step at a time."""
+
+    def __init__(self, args, dump, dtype, train, decay, autocast, split_rows, quiet):
+        from safetensors.torch import load_file
+        self.args, self.train, self.autocast, self.split_rows = args, train, autocast, split_rows
+        torch.manual_seed(0)
+        model, cfg = build_model(os.path.join(dump, "config.json"))
+        patch_instances(model)
+        weights = load_file(os.path.join(dump, "init.safetensors"))
+        model = model.to(dtype)  # before the load, which copies into the existing tensors' dtype
+        missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False)
+        tied = cfg.get("tie_word_embeddings", False)
+        missing = [m for m in missing if not (tied and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise ValueError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
+        self.model = model.to(args.device)
+        self.model.train()
+        params = dict(self.model.named_parameters())  # tied: the embedding once
+        self.named = {n: p for n, p in params.items() if n in weights}
+        decayed = [self.named[n] for n in decay["decay"] if n in self.named]
+        plain = [self.named[n] for n in decay["no_decay"] if n in self.named]
+        if len(decayed) + len(plain) != len(self.named):
+            raise ValueError("decay.json does not cover every parameter")
+        if not quiet:
+            by_rule = {n for n, p in self.named.items() if p.dim() >= 2}
+            ours = set(n for n in decay["decay"] if n in self.named)
+            print(f"weight decay {train['weight_decay']} on {len(decayed)} tensors, none on {len(plain)}")
+            for n in sorted(by_rule - ours):
+                print(f"  not decayed though >= 2-D: {n}")
+            for n in sorted(ours - by_rule):
+                print(f"  decayed though < 2-D: {n}")
+        self.opt = torch.optim.AdamW(
+            [{"params": decayed, "weight_decay": train["weight_decay"]}, {"params": plain, "weight_decay": 0.0}],
+            lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"], foreach=False)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lintrain_lr(train, s) / train["lr"])
+
+    def step(self, tok, tgt, skipped):
+        """One step on micro-batches tok, tgt [A, B, T]; returns (loss, grad norm, lr)."""
+        self.opt.zero_grad(set_to_none=False)
+        valid = int((tgt != -100).sum().item())
+        loss_sum = 0.0
+        for a in range(tok.shape[0]):
+            rows = tok.shape[1]
+            parts = [(0, rows // 2), (rows // 2, rows)] if self.split_rows and rows > 1 else [(0, rows)]
+            for lo, hi in parts:
+                with torch.autocast(device_type=self.args.device.split(":")[0], dtype=torch.bfloat16,
+                                    enabled=self.autocast):
+                    logits = self.model(input_ids=tok[a, lo:hi], use_cache=False).logits
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]) if self.autocast else
+                                       logits.reshape(-1, logits.shape[-1]), tgt[a, lo:hi].reshape(-1),
+                                       ignore_index=-100, reduction="sum") / max(valid, 1)
+                loss.backward()
+                loss_sum += loss.item()
+        grads = [p for p in self.named.values() if p.grad is not None]
+        max_norm = self.train["max_grad_norm"]
+        if max_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm).item()
+        else:
+            norm = torch.norm(torch.stack([g.grad.detach().norm() for g in grads])).item()
+        lr_now = self.opt.param_groups[0]["lr"]
+        if not skipped:
+            self.opt.step()
+        self.sched.step()
+        return loss_sum, norm, lr_now
+
+    def state(self):
+        """{name: param}, {"m."/"v." + name: moment} (detached)."""
+        params = {n: p.detach() for n, p in self.named.items()}
+        moments = {}
+        for n, p in self.named.items():
+            st = self.opt.state.get(p, {})
+            if "exp_avg" in st:
+                moments["m." + n] = st["exp_avg"]
+                moments["v." + n] = st["exp_avg_sq"]
+        return params, moments
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dump", help="the folder of trainer --dump-trajectory")
@@ -68,6 +150,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="where fla's model runs (default cpu)")
     ap.add_argument("--steps", type=int, default=0, help="replay only the first N steps (default: all)")
     ap.add_argument("--gate", type=float, default=0.0, help="relative error gate (default 1e-6 fp64, 1e-4 else)")
+    ap.add_argument("--spread", action="store_true",
+                    help="also replay with every batch's rows in two halves; pass figures within 2x that spread")
     ap.add_argument("--report", default="", help="write every step's figures here as JSON lines")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -86,45 +170,18 @@ def main():
     with open(os.path.join(args.dump, "decay.json")) as f:
         decay = json.load(f)
     train = run["train"]
-    fp64 = run["model"]["precision"] == "fp64"
-    dtype = torch.float64 if fp64 else torch.float32
-    gate = args.gate or (1e-6 if fp64 else 1e-4)
+    precision = run["model"]["precision"]
+    dtype = torch.float64 if precision == "fp64" else torch.float32
+    gate = args.gate or (1e-6 if precision == "fp64" else 1e-4)
+    autocast = precision == "bf16"
 
-    torch.manual_seed(0)
     patch_fla()
-    model, cfg = build_model(os.path.join(args.dump, "config.json"))
-    patch_instances(model)
-    weights = load_file(os.path.join(args.dump, "init.safetensors"))
-    model = model.to(dtype)  # before the load, which copies into the existing tensors' dtype
-    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False)
-    tied = cfg.get("tie_word_embeddings", False)
-    missing = [m for m in missing if not (tied and m == "lm_head.weight")]
-    if missing or unexpected:
-        print(f"fla_trajectory: state_dict mismatch: missing {missing}, unexpected {unexpected}", file=sys.stderr)
+    try:
+        ref = Replay(args, args.dump, dtype, train, decay, autocast, split_rows=False, quiet=False)
+        alt = Replay(args, args.dump, dtype, train, decay, autocast, split_rows=True, quiet=True) if args.spread else None
+    except ValueError as e:
+        print(f"fla_trajectory: {e}", file=sys.stderr)
         return 2
-    model = model.to(dtype).to(args.device)
-    model.train()
-    params = dict(model.named_parameters())  # tied: the embedding once
-
-    # The parameter groups: lintrain's decay set, and how it compares with the 2-D rule.
-    named = {n: p for n, p in params.items() if n in weights}
-    decayed = [named[n] for n in decay["decay"] if n in named]
-    plain = [named[n] for n in decay["no_decay"] if n in named]
-    if len(decayed) + len(plain) != len(named):
-        print("fla_trajectory: decay.json does not cover every parameter", file=sys.stderr)
-        return 2
-    by_rule = {n for n, p in named.items() if p.dim() >= 2}
-    ours_set = set(n for n in decay["decay"] if n in named)
-    print(f"weight decay {train['weight_decay']} on {len(decayed)} tensors, none on {len(plain)}")
-    for n in sorted(by_rule - ours_set):
-        print(f"  not decayed though >= 2-D: {n}")
-    for n in sorted(ours_set - by_rule):
-        print(f"  decayed though < 2-D: {n}")
-
-    opt = torch.optim.AdamW(
-        [{"params": decayed, "weight_decay": train["weight_decay"]}, {"params": plain, "weight_decay": 0.0}],
-        lr=train["lr"], betas=(train["beta1"], train["beta2"]), eps=train["eps"], foreach=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lintrain_lr(train, s) / train["lr"])
 
     batches = load_file(os.path.join(args.dump, "batches.safetensors"))
     tokens, targets, step_ids = batches["tokens"].long(), batches["targets"].long(), batches["steps"].tolist()
@@ -134,17 +191,22 @@ def main():
         print(f"fla_trajectory: the dump starts at step {first}: replay needs a run from step 1", file=sys.stderr)
         return 2
     n_steps = len(step_ids) if args.steps <= 0 else min(args.steps, len(step_ids))
-    max_norm = train["max_grad_norm"]
     report = open(args.report, "w") if args.report else None
 
-    worst = {"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "params": 0.0, "moments": 0.0}
+    kinds = ("loss", "grad_norm", "lr", "params", "moments")
+    worst = {k: 0.0 for k in kinds}
+    spread = {k: 0.0 for k in kinds}
     worst_at = {}
     checked = []
 
-    def note(kind, err, where):
-        if not (err <= worst[kind]):  # NaN counts as worst
-            worst[kind] = err if not math.isnan(err) else math.inf
-            worst_at[kind] = where
+    def note(kind, err, where, table=worst):
+        if not (err <= table[kind]):  # NaN counts as worst
+            table[kind] = err if not math.isnan(err) else math.inf
+            if table is worst:
+                worst_at[kind] = where
+
+    def rel(a, b):
+        return abs(a - b) / max(abs(b), 1e-300)
 
     for i in range(n_steps):
         step = int(step_ids[i])
@@ -152,66 +214,60 @@ def main():
         if ours is None:
             print(f"fla_trajectory: steps.jsonl has no step {step}", file=sys.stderr)
             return 2
-        opt.zero_grad(set_to_none=False)
         tok, tgt = tokens[i].to(args.device), targets[i].to(args.device)
-        valid = int((tgt != -100).sum().item())
-        loss_sum = 0.0
-        for a in range(tok.shape[0]):
-            logits = model(input_ids=tok[a], use_cache=False).logits
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt[a].reshape(-1), ignore_index=-100,
-                                   reduction="sum") / max(valid, 1)
-            loss.backward()
-            loss_sum += loss.item()
-        grads = [p for p in params.values() if p.grad is not None]
-        if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm).item()
-        else:
-            norm = torch.norm(torch.stack([g.grad.detach().norm() for g in grads])).item()
-        lr_now = opt.param_groups[0]["lr"]
-        e_loss = abs(ours["loss"] - loss_sum) / max(abs(loss_sum), 1e-300)
-        e_norm = abs(ours["grad_norm"] - norm) / max(abs(norm), 1e-300)
-        e_lr = abs(ours["lr"] - lr_now) / max(abs(lr_now), 1e-300)
+        loss, norm, lr_now = ref.step(tok, tgt, ours["skipped"])
+        e_loss, e_norm, e_lr = rel(ours["loss"], loss), rel(ours["grad_norm"], norm), rel(ours["lr"], lr_now)
         note("loss", e_loss, step)
         note("grad_norm", e_norm, step)
         note("lr", e_lr, step)
-        if not ours["skipped"]:
-            opt.step()
-        sched.step()
-        row = {"step": step, "loss": loss_sum, "loss_lintrain": ours["loss"], "grad_norm": norm,
+        row = {"step": step, "loss": loss, "loss_lintrain": ours["loss"], "grad_norm": norm,
                "grad_norm_lintrain": ours["grad_norm"], "lr": lr_now, "rel_loss": e_loss, "rel_grad_norm": e_norm}
+        if alt:
+            loss_b, norm_b, _ = alt.step(tok, tgt, ours["skipped"])
+            note("loss", rel(loss_b, loss), step, spread)
+            note("grad_norm", rel(norm_b, norm), step, spread)
+            row["spread_loss"], row["spread_grad_norm"] = rel(loss_b, loss), rel(norm_b, norm)
 
         ck = os.path.join(args.run, f"step-{step:08d}")
         if os.path.isdir(ck):
             mine = load_file(os.path.join(ck, "model.safetensors"))
             state = load_file(os.path.join(ck, "state.safetensors"))
-            e_p = e_m = 0.0
-            for n, p in named.items():
-                e = rel_err(mine[n], p.detach())
-                note("params", e, f"{n} @ {step}")
-                e_p = max(e_p, e)
-                st = opt.state.get(p, {})
-                if "exp_avg" in st:
-                    for key, ref in (("m.", st["exp_avg"]), ("v.", st["exp_avg_sq"])):
-                        e = rel_err(state[key + n], ref)
-                        note("moments", e, f"{key}{n} @ {step}")
-                        e_m = max(e_m, e)
+            params, moments = ref.state()
+            e_p = max(rel_err(mine[n], p) for n, p in params.items())
+            e_m = max((rel_err(state[n], m) for n, m in moments.items()), default=0.0)
+            for n, p in params.items():
+                note("params", rel_err(mine[n], p), f"{n} @ {step}")
+            for n, m in moments.items():
+                note("moments", rel_err(state[n], m), f"{n} @ {step}")
             row["rel_params"], row["rel_moments"] = e_p, e_m
+            line = (f"step {step:6d}: loss {loss:.10f} (rel {e_loss:.2e}), grad norm rel {e_norm:.2e}, "
+                    f"params rel {e_p:.2e}, moments rel {e_m:.2e}")
+            if alt:
+                params_b, moments_b = alt.state()
+                s_p = max(rel_err(params_b[n], p) for n, p in params.items())
+                s_m = max((rel_err(moments_b[n], m) for n, m in moments.items()), default=0.0)
+                note("params", s_p, step, spread)
+                note("moments", s_m, step, spread)
+                row["spread_params"], row["spread_moments"] = s_p, s_m
+                line += f"; spread params {s_p:.2e}, moments {s_m:.2e}"
             checked.append(step)
-            print(f"step {step:6d}: loss {loss_sum:.10f} (rel {e_loss:.2e}), grad norm rel {e_norm:.2e}, "
-                  f"params rel {e_p:.2e}, moments rel {e_m:.2e}")
+            print(line)
         if report:
             report.write(json.dumps(row) + "\n")
     if report:
         report.close()
 
-    ok = all(v <= gate for v in worst.values())
+    ok = True
     print(f"{n_steps} steps replayed, checkpoints compared at steps {checked or 'none'}")
-    for k, v in worst.items():
-        print(f"  worst {k:10s} rel {v:.3e}  {'ok' if v <= gate else 'FAIL'}  {worst_at.get(k, '')}")
+    for k in kinds:
+        passed = worst[k] <= gate or (alt is not None and worst[k] <= 2 * spread[k])
+        ok = ok and passed
+        extra = f"  (spread of two replays {spread[k]:.3e})" if alt else ""
+        print(f"  worst {k:10s} rel {worst[k]:.3e}  {'ok' if passed else 'FAIL'}  {worst_at.get(k, '')}{extra}")
     if not checked:
         print("  no checkpoint of the run falls in the replayed steps: parameters were not compared")
         ok = False
-    print(f"{'PASS' if ok else 'FAIL'} (gate {gate:.0e})")
+    print(f"{'PASS' if ok else 'FAIL'} (gate {gate:.0e}{', or within 2x the spread' if alt else ''})")
     return 0 if ok else 1
 
 
