@@ -307,7 +307,8 @@ int main(int argc, char** argv) {
                  "files), train.batch_size windows at a time; the recurrent state restarts at every window. Progress "
                  "on stderr; on stdout {checkpoint, step, data, documents, tokens, targets, bytes, loss (nats per "
                  "target), perplexity, bits_per_token, bits_per_byte (nats / ln 2 / bytes of the targets; null for "
-                 "shards without a tokenizer.json), accuracy}. e.g. --data book.txt");
+                 "shards without a tokenizer.json), accuracy}. e.g. --data book.txt")
+      ->type_name("PATH");
   ev->add_option("--device", e_device, "auto | cpu | cuda[:N] (default auto)");
 
   try {

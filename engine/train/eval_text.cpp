@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The ids of a document of shard tokens or text bytes, each checked < vocab.
+// Bad input unless every id of a document is < vocab; `what` says where the ids came from.
 void check_vocab(const std::vector<int32_t>& tokens, const std::string& file, int64_t vocab, const std::string& what) {
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= vocab)
@@ -226,17 +226,23 @@ EvalDocuments load_eval_documents(const RunConfig& rc, const std::string& path) 
 
 EvalProgressFn stderr_progress_printer() {
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  auto next_tenth = std::make_shared<int64_t>(1);
-  return [tty, next_tenth](const EvalProgress& p) {
+  // When the last line went out: the tenth of the way (plain lines), the time (redraws, at
+  // most ten a second).
+  struct Shown {
+    int64_t tenth = 0;
+    double seconds = -1.0;
+  };
+  auto shown = std::make_shared<Shown>();
+  return [tty, shown](const EvalProgress& p) {
     const double frac =
         p.windows_total ? static_cast<double>(p.windows_done) / static_cast<double>(p.windows_total) : 1.0;
+    const bool done = p.windows_done == p.windows_total;
+    const auto tenth = static_cast<int64_t>(frac * 10.0 + 1e-9);
+    if (!done && (tty ? p.seconds - shown->seconds < 0.1 : tenth <= shown->tenth)) return;
+    shown->tenth = tenth;
+    shown->seconds = p.seconds;
     const double rate = p.seconds > 0 ? static_cast<double>(p.targets_done) / p.seconds : 0.0;
     const double eta = frac > 0 ? p.seconds * (1.0 - frac) / frac : std::numeric_limits<double>::quiet_NaN();
-    const bool done = p.windows_done == p.windows_total;
-    if (!tty) {
-      if (frac * 10.0 + 1e-9 < static_cast<double>(*next_tenth) && !done) return;
-      while (static_cast<double>(*next_tenth) <= frac * 10.0 + 1e-9) ++*next_tenth;
-    }
     std::fprintf(stderr, "%seval: %lld / %lld windows (%5.1f%%), %.0f tokens/s, ETA %s%s", tty ? "\r" : "",
                  static_cast<long long>(p.windows_done), static_cast<long long>(p.windows_total), 100.0 * frac, rate,
                  format_duration(eta).c_str(), tty && !done ? "  " : "\n");
