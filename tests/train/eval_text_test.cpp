@@ -21,7 +21,7 @@ using lt::traintest::write_text;
 
 namespace {
 
-// A tiny KDA model on the given data (extra: more "data" keys): seconds on one core.
+// A tiny KDA model; data: the keys of its "data" section. Three steps take seconds on one core.
 std::string tiny_config(const std::string& out, const std::string& data, int64_t vocab) {
   return R"({
   "out": ")" +
