@@ -26,6 +26,7 @@
 #include "engine/train/bench.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
+#include "engine/train/eval_text.h"
 #include "engine/train/instrument.h"
 #include "engine/train/kernel_trace.h"
 #include "engine/train/loop.h"
@@ -48,6 +49,7 @@ Examples:
   trainer export --checkpoint runs/quick/step-00000200 --out fla-model
   trainer sample --checkpoint runs/text/step-00002000 --prompt "Once upon" --tokens 200 --temperature 0.8 --top-k 40
   trainer eval   --checkpoint runs/quick/step-00000200
+  trainer eval   --checkpoint runs/text/step-00002000 --data book.txt   loss, perplexity, bits per byte of a file
   trainer --config configs/night.json --timers step%50     per-stage ms/step table every 50th step
   trainer --config configs/bench-step-kda.json --bench 200 --timers step%50 --bench-out a.json
   trainer --config configs/bench-step-kda.json --bench 200 --timers step%50 --kernel-trace k.jsonl
@@ -134,7 +136,36 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int64_t
   return 0;
 }
 
-int run_eval(const std::string& checkpoint, int64_t batches, const std::string& device) {
+int run_eval(const std::string& checkpoint, int64_t batches, const std::string& device, const std::string& data) {
+  if (!data.empty()) {
+    if (batches > 0)
+      throw ConfigError("eval --batches " + std::to_string(batches) +
+                        " draws random validation batches of the run's data, "
+                        "but --data scores every window of '" +
+                        data + "': give one of them");
+    auto lm = lt::train::load_model_from_checkpoint(checkpoint, device, false);
+    const lt::train::EvalDocuments in = lt::train::load_eval_documents(lm.config, data);
+    if (!in.tokenizer.empty()) spdlog::info("encoding and measuring bytes with {}", in.tokenizer);
+    if (in.token_bytes.empty())
+      spdlog::warn("bits_per_byte is null: no tokenizer.json beside the run's token shards gives the tokens' bytes");
+    auto r = lt::train::evaluate_documents(*lm.model, lm.config, in.documents, in.token_bytes,
+                                           lt::train::stderr_progress_printer());
+    nlohmann::ordered_json j;
+    j["checkpoint"] = checkpoint;
+    j["step"] = lm.checkpoint.step;
+    j["data"] = data;
+    j["documents"] = r.documents;
+    j["tokens"] = r.tokens;
+    j["targets"] = r.targets;
+    j["bytes"] = r.bytes >= 0 ? nlohmann::ordered_json(r.bytes) : nlohmann::ordered_json(nullptr);
+    j["loss"] = r.loss;
+    j["perplexity"] = r.perplexity;
+    j["bits_per_token"] = r.bits_per_token;
+    j["bits_per_byte"] = r.bits_per_byte;  // NaN (unknown bytes) is written as null
+    j["accuracy"] = r.accuracy;
+    std::cout << j.dump() << std::endl;
+    return 0;
+  }
   auto lm = lt::train::load_model_from_checkpoint(checkpoint, device, true);
   if (batches <= 0) batches = lm.config.train.eval_batches;
   auto r = lt::train::evaluate(*lm.model, lm.config, batches);
@@ -268,12 +299,26 @@ int main(int argc, char** argv) {
                                     "run A and B interleaved (A B A B ...) in one sitting");
   bc->add_option("A", cmp_a, "the baseline result JSON")->required();
   bc->add_option("B", cmp_b, "the result JSON to compare")->required();
-  CLI::App* ev =
-      app.add_subcommand("eval",
-                         "validation loss and accuracy (MQAR accuracy on the synthetic task) of a "
-                         "checkpoint, as one JSON line.\n  e.g. trainer eval --checkpoint runs/quick/step-00000200");
+  std::string e_data;
+  CLI::App* ev = app.add_subcommand(
+      "eval",
+      "loss of a checkpoint as one JSON line: without --data, validation loss and accuracy (MQAR accuracy on the "
+      "synthetic task) over random validation batches of the run's data; with --data, every token of a text or "
+      "token file scored once.\n"
+      "  e.g. trainer eval --checkpoint runs/quick/step-00000200\n"
+      "       trainer eval --checkpoint runs/text/step-00002000 --data book.txt");
   ev->add_option("--checkpoint", ck, "checkpoint folder (step-NNNNNNNN)")->required();
-  ev->add_option("--batches", batches, "validation batches (default: the run's train.eval_batches)");
+  ev->add_option("--batches", batches, "validation batches (default: the run's train.eval_batches); not with --data");
+  ev->add_option("--data", e_data,
+                 "score every token of PATH, read as the run reads its data: byte runs (data.source text, synthetic "
+                 "bytes): a text file or a folder of text files; token runs: llm.c token shards (a file or a glob) or "
+                 "text encoded with the tokenizer.json beside the run's shards; not MQAR runs. Each file is one "
+                 "document, cut into windows of train.seq_len targets (overlapping by one token, never crossing "
+                 "files), train.batch_size windows at a time; the recurrent state restarts at every window. Progress "
+                 "on stderr; on stdout {checkpoint, step, data, documents, tokens, targets, bytes, loss (nats per "
+                 "target), perplexity, bits_per_token, bits_per_byte (nats / ln 2 / bytes of the targets; null for "
+                 "shards without a tokenizer.json), accuracy}. e.g. --data book.txt")
+      ->type_name("PATH");
   ev->add_option("--device", e_device, "auto | cpu | cuda[:N] (default auto)");
 
   try {
@@ -286,7 +331,7 @@ int main(int argc, char** argv) {
   try {
     if (ex->parsed()) return run_export(ck, ex_out);
     if (sa->parsed()) return run_sample(ck, prompt, n_tokens, temperature, top_k, s_seed, s_device);
-    if (ev->parsed()) return run_eval(ck, batches, e_device);
+    if (ev->parsed()) return run_eval(ck, batches, e_device, e_data);
     if (bc->parsed()) return run_bench_compare(cmp_a, cmp_b);
     if (config_path.empty()) {
       std::fprintf(stderr,

@@ -1,77 +1,23 @@
-// File-backed token sources: UTF-8 text as bytes (vocab 256) and llm.c token shards.
+// File-backed token sources: UTF-8 text as bytes (vocab 256) and llm.c token shards
+// (layout and header checks: engine/data/documents.h).
 //
 // Each file is memory-mapped and split on its own: the first (1 - val_fraction) of its tokens
 // are train, the tail (floor(n x val_fraction) tokens) validation. A row is a window of T + 1
 // consecutive tokens of one file's split, its start drawn uniformly over all windows of all
 // files (windows never cross files), so every start position is equally likely.
-//
-// llm.c shard layout (karpathy/llm.c, dev/data/data_common.py write_datafile):
-//   int32 header[256]: header[0] = 20240520 (magic), header[1] = 1 (version),
-//                      header[2] = number of tokens n
-//   uint16 tokens[n]   (little-endian); file size = 1024 + 2 n
 // Every token a loader can read (its split of each shard) is checked against vocab_size
-// when the loader is made.
-#include <fcntl.h>
-#include <glob.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// when the loader is made. Errors name the file, prefixed "data: ".
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/data/documents.h"
 #include "engine/data/source.h"
 
 namespace lt::data {
 namespace {
-
-constexpr int32_t kShardMagic = 20240520;
-constexpr int32_t kShardVersion = 1;
-constexpr int64_t kShardHeaderBytes = 256 * 4;
-
-// A read-only memory map of a whole file (nothing mapped for an empty file).
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("data: cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      const std::string why = S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file";
-      ::close(fd);
-      throw std::runtime_error("data: '" + path + "' " + why);
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const std::string why = std::strerror(errno);
-        ::close(fd);
-        throw std::runtime_error("data: cannot map '" + path + "': " + why);
-      }
-      data_ = static_cast<const uint8_t*>(p);
-    }
-    ::close(fd);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // One file's split: tokens [begin, begin + length) of the file, each `width` bytes (1: text
 // bytes, 2: uint16 shard tokens), starting at byte `base` of the map.
@@ -162,31 +108,23 @@ void check_common(const DataConfig& cfg) {
     throw std::runtime_error("data: val_fraction " + std::to_string(cfg.val_fraction) + " is outside [0, 1)");
 }
 
-bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+// Runs f, prefixing "data: " to the message of a shared reader's error (documents.h).
+template <class F>
+auto with_data_prefix(F&& f) {
+  try {
+    return f();
+  } catch (const std::runtime_error& e) { throw std::runtime_error(std::string("data: ") + e.what()); }
+}
 
 }  // namespace
 
 std::unique_ptr<Source> make_text_source(const DataConfig& cfg, Split split, int64_t T) {
   check_common(cfg);
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(cfg.path, ec);
-  if (ec || !fs::exists(st)) throw std::runtime_error("data: text path '" + cfg.path + "' does not exist");
-  std::vector<std::string> paths;
-  if (fs::is_directory(st)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(cfg.path)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && !name.empty() && name[0] != '.') paths.push_back(e.path().string());
-    }
-    std::sort(paths.begin(), paths.end());
-    if (paths.empty()) throw std::runtime_error("data: text folder '" + cfg.path + "' holds no files");
-  } else {
-    paths.push_back(cfg.path);
-  }
+  const std::vector<std::string> paths = with_data_prefix([&] { return text_file_paths(cfg.path); });
   auto src = std::make_unique<WindowSource>("text", cfg, split, T, 256);
   int64_t total = 0;
   for (const std::string& p : paths) {
-    auto file = std::make_unique<MappedFile>(p);
+    auto file = with_data_prefix([&] { return std::make_unique<MappedFile>(p); });
     const auto n = static_cast<int64_t>(file->size());
     if (n == 0 && paths.size() == 1) throw std::runtime_error("data: text file '" + p + "' is empty");
     total += n;
@@ -203,47 +141,18 @@ std::unique_ptr<Source> make_token_source(const DataConfig& cfg, Split split, in
   check_common(cfg);
   if (cfg.vocab_size < 1)
     throw std::runtime_error("data: vocab_size " + std::to_string(cfg.vocab_size) + " must be >= 1");
-  std::vector<std::string> paths;
-  if (has_glob_chars(cfg.path)) {
-    glob_t g{};
-    const int rc = ::glob(cfg.path.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);  // sorted by glob
-    ::globfree(&g);
-    if (rc == GLOB_NOMATCH || paths.empty())
-      throw std::runtime_error("data: no token shard matches '" + cfg.path + "'");
-    if (rc != 0) throw std::runtime_error("data: cannot expand the glob '" + cfg.path + "'");
-  } else {
-    paths.push_back(cfg.path);
-  }
+  const std::vector<std::string> paths = with_data_prefix([&] { return shard_paths(cfg.path); });
   auto src = std::make_unique<WindowSource>("tokens", cfg, split, T, cfg.vocab_size);
   for (const std::string& p : paths) {
-    auto file = std::make_unique<MappedFile>(p);
-    const std::string where = "data: token shard '" + p + "': ";
-    if (file->size() < static_cast<size_t>(kShardHeaderBytes))
-      throw std::runtime_error(where + "size mismatch: " + std::to_string(file->size()) +
-                               " bytes, shorter than the 1024-byte header");
-    int32_t header[3];
-    std::memcpy(header, file->data(), sizeof header);
-    if (header[0] != kShardMagic)
-      throw std::runtime_error(where + "bad magic " + std::to_string(header[0]) + " (expected " +
-                               std::to_string(kShardMagic) + ": not an llm.c token shard)");
-    if (header[1] != kShardVersion)
-      throw std::runtime_error(where + "unsupported version " + std::to_string(header[1]) + " (expected " +
-                               std::to_string(kShardVersion) + ": uint16 tokens)");
-    const int64_t n = header[2];
-    const int64_t expect = kShardHeaderBytes + 2 * n;
-    if (n < 0 || static_cast<int64_t>(file->size()) != expect)
-      throw std::runtime_error(where + "size mismatch: the header says " + std::to_string(n) + " tokens (" +
-                               std::to_string(expect) + " bytes) but the file has " + std::to_string(file->size()) +
-                               " bytes");
+    auto file = with_data_prefix([&] { return std::make_unique<MappedFile>(p); });
+    const int64_t n = with_data_prefix([&] { return shard_token_count(*file); });
     // The tokens this split reads (the train and the validation loader each check theirs).
     const Segment seg = src->add_file(std::move(file), kShardHeaderBytes, 2, n);
     for (int64_t i = 0; i < seg.length; ++i) {
       const int64_t v = seg.token(i);
       if (v >= cfg.vocab_size)
-        throw std::runtime_error(where + "token " + std::to_string(v) + " at index " + std::to_string(seg.begin + i) +
-                                 " is >= vocab_size " + std::to_string(cfg.vocab_size));
+        throw std::runtime_error("data: token shard '" + p + "': token " + std::to_string(v) + " at index " +
+                                 std::to_string(seg.begin + i) + " is >= vocab_size " + std::to_string(cfg.vocab_size));
     }
   }
   src->finish();

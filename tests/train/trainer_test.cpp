@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 using lt::traintest::read_text;
 using lt::traintest::run_trainer;
 using lt::traintest::TempDir;
+using lt::traintest::write_shard;
 using lt::traintest::write_text;
 
 namespace {
@@ -42,18 +43,6 @@ bool is_empty_or_absent(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return true;
   return fs::is_directory(dir, ec) && fs::directory_iterator(dir) == fs::directory_iterator();
-}
-
-// llm.c token shard: 256 x int32 header (magic, version, count), then uint16 tokens.
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = 20240520,
-                 int64_t claimed = -1) {
-  std::vector<int32_t> header(256, 0);
-  header[0] = magic;
-  header[1] = 1;
-  header[2] = static_cast<int32_t>(claimed >= 0 ? claimed : static_cast<int64_t>(tokens.size()));
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
-  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
 }
 
 // (step, loss bits, grad_norm bits, lr) of every train record, for bit-exact comparison.

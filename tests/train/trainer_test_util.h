@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -70,6 +71,18 @@ inline std::string read_text(const std::string& path) {
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
+}
+
+// llm.c token shard: 256 x int32 header (magic, version, count), then uint16 tokens.
+inline void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = 20240520,
+                        int64_t claimed = -1) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(claimed >= 0 ? claimed : static_cast<int64_t>(tokens.size()));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
 }
 
 // A running trainer; stdout and stderr go to files in `log_dir`.
