@@ -22,11 +22,11 @@
 
 #include "allocator/caching_allocator.h"
 #include "engine/data/loader.h"
-#include "engine/dist/grad_sync.h"
 #include "engine/model/decode.h"
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
+#include "engine/parallel/grad_sync.h"
 #include "engine/staging.h"
 #include "kernels/adamw.h"
 #include "kernels/launch.h"
