@@ -17,11 +17,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/job.h"
-#include "engine/dist/launch.h"
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/job.h"
+#include "engine/parallel/launch.h"
 #include "engine/model/sampling.h"
 #include "engine/train/bench.h"
 #include "engine/train/checkpoint.h"

@@ -12,6 +12,7 @@
 #include "engine/mixers/rwkv6.h"
 #include "engine/model/arch.h"
 #include "engine/model/blocks.h"
+#include "engine/model/precision_scope.h"
 #include "engine/nn/activation.h"
 #include "engine/nn/cross_entropy.h"
 #include "engine/nn/embedding.h"
@@ -41,20 +42,6 @@ const Tensor& at(const ParamMap& m, const std::string& name) {
   if (it == m.end()) throw std::invalid_argument("decode_step: parameter \"" + name + "\" missing");
   return it->second;
 }
-
-// The TF32 switch for the model's precision while a step runs (as the model's entry points).
-class MatmulPrecisionScope {
- public:
-  explicit MatmulPrecisionScope(Precision p) : previous_(ops::matmul_tf32()) {
-    ops::set_matmul_tf32(p == Precision::tf32);
-  }
-  ~MatmulPrecisionScope() { ops::set_matmul_tf32(previous_); }
-  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
-  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
-
- private:
-  bool previous_;
-};
 
 // The causal short conv over the window [B, W - 1 + T, C] = (history [B, W - 1, C], x [B, T, C]):
 // silu(conv) at the window's last T rows [B, T, C] (the forward's rows for these positions);

@@ -12,6 +12,7 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/init.h"
+#include "engine/model/precision_scope.h"
 #include "engine/nn/cross_entropy.h"
 #include "engine/nn/embedding.h"
 #include "engine/nn/norm.h"
@@ -33,21 +34,6 @@ std::string layer_stage(int layer) {
   s.insert(s.begin(), 'L');
   return s;
 }
-
-// The process-wide TF32 switch (engine/ops.h) set for the model's precision while one of its
-// entry points runs (on in the tf32 mode, off otherwise), restored on exit.
-class MatmulPrecisionScope {
- public:
-  explicit MatmulPrecisionScope(Precision p) : previous_(ops::matmul_tf32()) {
-    ops::set_matmul_tf32(p == Precision::tf32);
-  }
-  ~MatmulPrecisionScope() { ops::set_matmul_tf32(previous_); }
-  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
-  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
-
- private:
-  bool previous_;
-};
 
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t v, const char* key) {

@@ -86,7 +86,7 @@ struct TrainConfig {
   int64_t spike_window = 100;
 };
 
-// Data-parallel training (engine/dist): used when the job has several ranks.
+// Data-parallel training (engine/parallel): used when the job has several ranks.
 struct DistConfig {
   int64_t bucket_bytes = int64_t{25} << 20;
   bool reduce_bf16 = false;

@@ -52,7 +52,7 @@
 // Resume on the CPU is exact: the trajectory after `--resume auto` is bit-identical to the
 // uninterrupted run's (weights, moments, counters, the data position and the spike window
 // are all in the checkpoint; the schedule is a pure function of the step).
-// Data parallel (RunOptions::job, engine/dist): train.batch_size is the global batch; rank r
+// Data parallel (RunOptions::job, engine/parallel): train.batch_size is the global batch; rank r
 // of N takes rows [r B/N, (r+1) B/N) of every batch (the loader draws the whole batch, so the
 // batches, the data position and hence the loss trajectory do not depend on N up to the
 // reduction order); every rank's loss is divided by the valid targets of the global batch, the
@@ -72,8 +72,8 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "engine/dist/job.h"
 #include "engine/model/model.h"
+#include "engine/parallel/job.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
 
@@ -127,7 +127,7 @@ struct RunOptions {
   StepListener* listener = nullptr;
   bool handle_signals = true;  // install the SIGINT / SIGTERM handlers
   bool measure_only = false;   // the bench arm: no evaluation, no checkpoints, no resume
-  // Data parallel: this process's rank of the job (engine/dist/job.h); nullptr: one process.
+  // Data parallel: this process's rank of the job (engine/parallel/job.h); nullptr: one process.
   dist::Job* job = nullptr;
   // --dump-trajectory: a folder for the run's trajectory (engine/train/trajectory.h); "": none.
   std::string dump_trajectory;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/data/loader.h"
-#include "engine/dist/grad_sync.h"
+#include "engine/parallel/grad_sync.h"
 #include "engine/staging.h"
 #include "engine/train/loop.h"
 #include "engine/train/resume.h"

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "engine/device.h"
-#include "engine/dist/comm.h"
+#include "engine/parallel/comm.h"
 #include "engine/train/checkpoint.h"
 #include "tests/train/trainer_dist_util.h"
 

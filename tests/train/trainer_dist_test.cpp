@@ -1,5 +1,5 @@
 // Data-parallel training end to end on the CPU: `trainer --nproc N` with the tcp backend
-// (engine/dist). The loss trajectory does not depend on N for the same global batch (up to the
+// (engine/parallel). The loss trajectory does not depend on N for the same global batch (up to the
 // reduction order), ZeRO-1 gives the same trajectory, resume with the same N is bit-exact and
 // with another N continues; a rank killed with SIGKILL ends the whole job in bounded time with a
 // message naming it, leaving the last checkpoint intact; SIGTERM stops every rank after the same
@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "engine/dist/launch.h"
+#include "engine/parallel/launch.h"
 #include "engine/train/checkpoint.h"
 #include "tests/train/trainer_dist_util.h"
 

@@ -1,4 +1,4 @@
-// The TCP rendezvous and the "tcp" communicator (engine/dist/comm.h), on POSIX sockets.
+// The TCP rendezvous and the "tcp" communicator (engine/parallel/comm.h), on POSIX sockets.
 //
 // Connections. Each rank r > 0 opens two connections to rank 0: "control" (the handshake,
 // broadcast_blob, barrier, the liveness watch) and "data" (the tcp communicator's frames), so
@@ -34,9 +34,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/host_collective.h"
 #include "engine/log.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/host_collective.h"
 
 namespace lt::dist {
 

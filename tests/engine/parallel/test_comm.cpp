@@ -1,4 +1,4 @@
-// engine/dist on the CPU: the launcher environment, shards, the "threads" backend against a
+// engine/parallel on the CPU: the launcher environment, shards, the "threads" backend against a
 // host reference (bit for bit: sums in rank order), the TCP rendezvous (loopback only) and the
 // "tcp" backend against the "threads" one, the rendezvous' errors and the liveness watch.
 #include <catch2/catch.hpp>
@@ -15,9 +15,9 @@
 #include <mutex>
 #include <optional>
 
-#include "engine/dist/comm.h"
-#include "tests/engine/dist/dist_test_util.h"
+#include "engine/parallel/comm.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine/parallel/dist_test_util.h"
 
 using namespace lt;
 using dist::Communicator;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/dist/comm.h"
+#include "engine/parallel/comm.h"
 
 namespace lt::dist::detail {
 

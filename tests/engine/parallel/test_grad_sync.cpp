@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/grad_sync.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/grad_sync.h"
 #include "kernels/launch.h"
 #include "tests/support/model_testing.h"
 

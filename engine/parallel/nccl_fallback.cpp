@@ -1,11 +1,11 @@
 // nccl_available / make_nccl for builds without the NCCL backend (no CUDA, or no nccl.h):
 // the symbols exist everywhere and say why NCCL cannot be used. The backend itself is
-// engine/dist/cuda/nccl_comm.cpp.
+// engine/parallel/cuda/nccl_comm.cpp.
 #if !LINTRAIN_WITH_CUDA || !defined(LINTRAIN_WITH_NCCL) || !LINTRAIN_WITH_NCCL
 
 #include <stdexcept>
 
-#include "engine/dist/comm.h"
+#include "engine/parallel/comm.h"
 
 namespace lt::dist {
 

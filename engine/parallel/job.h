@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/dist/comm.h"
+#include "engine/parallel/comm.h"
 
 namespace lt::dist {
 

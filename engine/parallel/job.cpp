@@ -1,5 +1,5 @@
-// A rank's part in a data-parallel job (engine/dist/job.h).
-#include "engine/dist/job.h"
+// A rank's part in a data-parallel job (engine/parallel/job.h).
+#include "engine/parallel/job.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "engine/dist/host_collective.h"
+#include "engine/parallel/host_collective.h"
 
 #include <cstring>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// world_from_env, even_shards and the "threads" backend (engine/dist/comm.h).
+// world_from_env, even_shards and the "threads" backend (engine/parallel/comm.h).
 #include <charconv>
 #include <condition_variable>
 #include <cstdlib>
@@ -6,8 +6,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/host_collective.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/host_collective.h"
 
 namespace lt::dist {
 

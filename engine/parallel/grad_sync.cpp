@@ -1,5 +1,5 @@
-// Data-parallel gradient synchronisation (engine/dist/grad_sync.h).
-#include "engine/dist/grad_sync.h"
+// Data-parallel gradient synchronisation (engine/parallel/grad_sync.h).
+#include "engine/parallel/grad_sync.h"
 
 #include <algorithm>
 #include <deque>

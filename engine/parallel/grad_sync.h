@@ -42,9 +42,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/dist/comm.h"
 #include "engine/model/model.h"
 #include "engine/optim/adamw.h"
+#include "engine/parallel/comm.h"
 
 namespace lt::dist {
 

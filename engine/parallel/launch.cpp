@@ -1,5 +1,5 @@
-// trainer --nproc N (engine/dist/launch.h).
-#include "engine/dist/launch.h"
+// trainer --nproc N (engine/parallel/launch.h).
+#include "engine/parallel/launch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -7,7 +7,7 @@
 // first asks the ranks to stop after a checkpoint; a second ends them, as with one process).
 // Faults. When a rank ends with a non-zero code or by a signal while others still run, the
 // launcher says which rank and how, and ends the rest: they normally end on their own at once
-// (engine/dist/job.h: a lost peer ends every rank); whatever is left after grace_s gets SIGKILL.
+// (engine/parallel/job.h: a lost peer ends every rank); whatever is left after grace_s gets SIGKILL.
 // Exit code: 0 when every rank exited 0; otherwise 2 if any rank exited 2 (bad input), else 3
 // if any exited 3 (too many skipped updates), else 1.
 #pragma once

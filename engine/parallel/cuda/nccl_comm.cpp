@@ -1,4 +1,4 @@
-// The "nccl" backend (engine/dist/comm.h). NCCL is loaded at run time (dlopen) so that the
+// The "nccl" backend (engine/parallel/comm.h). NCCL is loaded at run time (dlopen) so that the
 // build needs only nccl.h and the binary runs, without this backend, where libnccl is absent.
 // Library search: $LINTRAIN_NCCL_LIB, then libnccl.so.2 on the loader's path, then the lib
 // folders beside nccl.h and the CUDA toolkit's (LINTRAIN_NCCL_LIB_DIRS), then /usr/local/cuda.
@@ -21,8 +21,8 @@
 #include <string>
 #include <type_traits>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/host_collective.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/host_collective.h"
 
 namespace lt::dist {
 

@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/dist/comm.h"
-#include "tests/engine/dist/dist_test_util.h"
+#include "engine/parallel/comm.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine/parallel/dist_test_util.h"
 
 using namespace lt;
 using dist::Shard;

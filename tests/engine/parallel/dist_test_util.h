@@ -1,4 +1,4 @@
-// Helpers for the engine/dist tests: ranks as threads (failures collected, asserted by the
+// Helpers for the engine/parallel tests: ranks as threads (failures collected, asserted by the
 // caller on the test's thread: Catch2's macros are not thread-safe), a free loopback port,
 // per-rank random inputs from a fresh seed, byte views of tensors.
 #pragma once
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/dist/comm.h"
-#include "engine/dist/launch.h"
+#include "engine/parallel/comm.h"
+#include "engine/parallel/launch.h"
 #include "engine/tensor.h"
 #include "tests/support/test_seed.h"
 
