@@ -19,10 +19,10 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/log.h"
+#include "engine/model/sampling.h"
 #include "engine/parallel/comm.h"
 #include "engine/parallel/job.h"
 #include "engine/parallel/launch.h"
-#include "engine/model/sampling.h"
 #include "engine/train/bench.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
