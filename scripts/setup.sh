@@ -26,7 +26,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(cmake ninja-build g++ libcli11-dev libspdlog-dev nlohmann-json3-dev catch2 python3 clang-format)
+packages=(cmake ninja-build g++ libcli11-dev libspdlog-dev nlohmann-json3-dev catch2 python3 clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -489,7 +489,11 @@ void Rendezvous::Impl::rank0_accept(double timeout_s) {
       continue;
     }
     const bool is_control = h.kind == kControl;
-    if (is_control) strays.push_back(std::move(s));  // moved to ctrl[r] below once accepted
+    Socket* held = &s;
+    if (is_control) {  // held in strays until accepted (moved to ctrl[r] below)
+      strays.push_back(std::move(s));
+      held = &strays.back();
+    }
     if (h.world != n)
       fail("rank " + std::to_string(h.rank) + " says the world has " + std::to_string(h.world) + " ranks, rank 0 " +
            std::to_string(n));
@@ -497,7 +501,7 @@ void Rendezvous::Impl::rank0_accept(double timeout_s) {
       fail("a peer says it is rank " + std::to_string(h.rank) + ", not one of 1.." + std::to_string(n - 1));
     std::vector<Socket>& slot = is_control ? ctrl : dat;
     if (slot[h.rank].valid()) fail("rank " + std::to_string(h.rank) + " arrived twice");
-    slot[h.rank] = is_control ? std::move(strays.back()) : std::move(s);
+    slot[h.rank] = std::move(*held);
     if (is_control) strays.pop_back();
   }
   for (int r = 1; r < n; ++r)

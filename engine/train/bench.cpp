@@ -93,7 +93,7 @@ nlohmann::json card_state(Device device) {
                       {"mem_clock_mhz", number_or_nan(f[4])},
                       {"temperature_c", number_or_nan(f[5])},
                       {"utilization_pct", number_or_nan(f[6])}};
-  const std::string uuid = f[7];
+  const std::string& uuid = f[7];
   nlohmann::json procs = nlohmann::json::array();
   const std::string apps =
       run_capture("nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name --format=csv,noheader");

@@ -3,6 +3,8 @@
 //        sequentially in j)
 //   max: out = max_j in[...]; a NaN anywhere gives NaN. len >= 1 (the engine checks).
 // it: 0 out, 1 in; iterates over the kept dims.
+#include <cmath>
+
 #include "kernels/elementwise_ops.h"
 #include "kernels/table.h"
 
@@ -24,8 +26,8 @@ void reduce_loop(ReduceOp op, const ReduceParams& p) {
       acc = load_as_compute(line[0]);
       for (int64_t j = 1; j < p.len; ++j) {
         const C v = load_as_compute(line[j * p.in_stride]);
-        if (v > acc || v != v) acc = v;
-        if (acc != acc) break;
+        if (v > acc || std::isnan(v)) acc = v;  // a NaN wins, as on the GPU
+        if (std::isnan(acc)) break;
       }
     }
     out[o[0]] = store_from_compute<T>(acc);
