@@ -34,7 +34,7 @@ const char* kda_path_name(KdaPath p);
 
 struct KdaConfig {
   int chunk = 0;       // 0: auto (kda_chunk); else 16, 32 or 64 (ops path: any >= 1)
-  double scale = 0.0;  // 0: D^-1/2
+  double scale = 0.0;  // 0: D^-1/2 (kernels/mixer.h)
   kda::Gate gate;      // default gate, or fla's lower_bound form
   KdaPath path = KdaPath::fused;
   bool output_final_state = false;

@@ -44,7 +44,7 @@ Rwkv6Path parse_rwkv6_path(const std::string& name);  // "naive" | "ops" | "fuse
 
 struct Rwkv6Config {
   int chunk = 64;      // fused: 16, 32 or 64 (naive, ops: any >= 1)
-  double scale = 0.0;  // 0: D^-1/2 (the op's default); the fla layer passes 1
+  double scale = 0.0;  // 0: D^-1/2 (kernels/mixer.h); the fla layer passes 1
   Rwkv6Path path = Rwkv6Path::fused;
   bool output_final_state = false;
   rwkv6::BwdImpl backward = rwkv6::BwdImpl::fused;  // fused path: fused | fallback
