@@ -28,22 +28,6 @@ namespace lt::mixers {
 
 using Tensor = lt::Tensor;
 
-KdaPath parse_kda_path(const std::string& name) {
-  if (name == "naive") return KdaPath::naive;
-  if (name == "ops") return KdaPath::ops;
-  if (name == "fused") return KdaPath::fused;
-  throw std::invalid_argument("kda: unknown path '" + name + "' (naive | ops | fused)");
-}
-
-const char* kda_path_name(KdaPath p) {
-  switch (p) {
-    case KdaPath::naive: return "naive";
-    case KdaPath::ops: return "ops";
-    case KdaPath::fused: return "fused";
-  }
-  return "?";
-}
-
 // Saved state of one forward call.
 struct KdaSaved {
   KdaConfig cfg;

@@ -23,14 +23,14 @@
 #include <memory>
 #include <string>
 
+#include "engine/mixers/path.h"
 #include "engine/tensor.h"
 #include "kernels/kda.h"
 
 namespace lt::mixers {
 
-enum class KdaPath : uint8_t { naive, ops, fused };
-KdaPath parse_kda_path(const std::string& name);  // "naive" | "ops" | "fused"
-const char* kda_path_name(KdaPath p);
+inline KdaPath parse_kda_path(const std::string& name) { return parse_mixer_path("kda", name); }
+inline const char* kda_path_name(KdaPath p) { return mixer_path_name(p); }
 
 struct KdaConfig {
   int chunk = 0;       // 0: auto (kda_chunk); else 16, 32 or 64 (ops path: any >= 1)

@@ -315,21 +315,6 @@ Rwkv6Grads cuda_backward(const Rwkv6Saved& sv, const Tensor& dO_in, const Tensor
 
 }  // namespace
 
-const char* rwkv6_path_name(Rwkv6Path p) {
-  switch (p) {
-    case Rwkv6Path::naive: return "naive";
-    case Rwkv6Path::ops: return "ops";
-    case Rwkv6Path::fused: return "fused";
-  }
-  return "?";
-}
-
-Rwkv6Path parse_rwkv6_path(const std::string& name) {
-  for (Rwkv6Path p : {Rwkv6Path::naive, Rwkv6Path::ops, Rwkv6Path::fused})
-    if (name == rwkv6_path_name(p)) return p;
-  throw std::invalid_argument("rwkv6: unknown path '" + name + "' (naive | ops | fused)");
-}
-
 Rwkv6Output rwkv6_forward(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   const Dims d = check_inputs(in, cfg);
   auto sv = std::make_shared<Rwkv6Saved>();

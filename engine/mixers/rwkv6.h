@@ -33,14 +33,14 @@
 #include <memory>
 #include <string>
 
+#include "engine/mixers/path.h"
 #include "engine/tensor.h"
 #include "kernels/rwkv6.h"
 
 namespace lt::mixers {
 
-enum class Rwkv6Path : uint8_t { naive, ops, fused };
-const char* rwkv6_path_name(Rwkv6Path p);
-Rwkv6Path parse_rwkv6_path(const std::string& name);  // "naive" | "ops" | "fused"; throws naming it
+inline const char* rwkv6_path_name(Rwkv6Path p) { return mixer_path_name(p); }
+inline Rwkv6Path parse_rwkv6_path(const std::string& name) { return parse_mixer_path("rwkv6", name); }
 
 struct Rwkv6Config {
   int chunk = 64;      // fused: 16, 32 or 64 (naive, ops: any >= 1)
