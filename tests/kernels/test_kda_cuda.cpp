@@ -259,7 +259,7 @@ TEST_CASE("KDA fused CUDA: the full and the lean backward scan both match the na
   };
   add({8, 512, 12, 64, 32}, false, false, false, DType::bf16, false, LeanScan::lean);  // the default there: full
   add({8, 512, 12, 64, 16}, false, false, false, DType::f32, false, LeanScan::lean);
-  add({8, 512, 12, 64, 64}, false, false, false, DType::f32, true, 2);
+  add({8, 512, 12, 64, 64}, false, false, false, DType::f32, true, LeanScan::lean);
   add({2, 300, 3, 64, 32}, true, true, true, DType::f32, false, LeanScan::full);  // the default there: lean
   add({2, 200, 2, 128, 16}, true, true, false, DType::f32, false, LeanScan::full);
   add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, LeanScan::full);
