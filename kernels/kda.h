@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
+#include "kernels/mixer.h"
 
 namespace lt::kda {
 
@@ -41,15 +42,8 @@ struct Gate {
   float lower_bound = -5.0f;     // lb < 0, used only when use_lower_bound
 };
 
-struct Dims {
-  int64_t B = 0, T = 0, H = 0;
-  int D = 64;  // head dim, K = V = D: 64 or 128 in the fused path (any D in naive)
-  int C = 64;  // chunk length: 16, 32 or 64 in the fused path
-  // constexpr so device code may call them (--expt-relaxed-constexpr)
-  constexpr int64_t NT() const { return (T + C - 1) / C; }
-  constexpr int64_t Tp() const { return NT() * C; }
-  constexpr int64_t tokens() const { return B * T * H; }  // rows of [B, T, H, D]
-};
+// D: 64 or 128 in the fused path (any D in naive); C: 16, 32 or 64 in the fused path.
+using Dims = mixer::Dims<int>;
 
 // ---- naive recurrence (CPU, kernels/cpu/kda.cpp) ---------------------------------------
 // Dense row-major arrays in Real. Real = double (ground truth, fp64 accumulation) or float.
@@ -64,7 +58,7 @@ struct NaiveInputs {
   const Real* A_log = nullptr;    // [H]
   const Real* dt_bias = nullptr;  // [H,D]
   const Real* h0 = nullptr;       // [B,H,D,D] or nullptr (zero state)
-  Real scale = 0;                 // 0: D^-1/2
+  Real scale = 0;                 // 0: D^-1/2 (kernels/mixer.h)
   Gate gate;
 };
 template <class Real>
@@ -88,10 +82,18 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
 // ---- fused path: one argument struct for every stage ----------------------------------
 // Element pointers are untyped: `dtype` (f32 or bf16) gives the type of q, k, v, f, b, o,
 // dO and of dq, dk, dv, df, db. Everything else is fp32.
+// The backward products that do not need the adjoint state S' (Delta = U - W S, X_q = dO S^T,
+// X_w = dDelta S^T; S = h[n]); the numbers are LINTRAIN_KDA_LEAN_SCAN's values:
+//   full  the inter adjoint (the scan) forms all seven products a row block;
+//   lean  aqk_dO forms Delta and the intra adjoint X_q and X_w, on every SM, at the price of
+//         reading h[n] twice more from memory; the scan keeps four;
+//   pick  lean where the scan runs split over V or on few enough SMs (lean_scan_pick), else full.
+enum class LeanScan : int { pick = 0, full = 1, lean = 2 };
+
 struct FusedArgs {
   Dims dims;
   DType dtype = DType::f32;
-  float scale = 0.0f;  // 0: D^-1/2
+  float scale = 0.0f;  // 0: D^-1/2 (kernels/mixer.h)
   Gate gate;
   // State-scan products (inter, inter adjoint) on tensor cores: mma.sync TF32 with the
   // 3xTF32 split for f32 inputs (fp32-level accuracy), one TF32 product for bf16 inputs.
@@ -104,13 +106,9 @@ struct FusedArgs {
   // (no clusters): always 1.
   int scan_split = 0;
   // Which launch forms the backward products that do not need the adjoint state S'
-  // (Delta = U - W S, X_q = dO S^T, X_w = dDelta S^T; S = h[n]):
-  //   1 (full scan)  the inter adjoint forms all seven products a row block;
-  //   2 (lean scan)  aqk_dO forms Delta and the intra adjoint X_q and X_w, on every SM, at the
-  //                  price of reading h[n] twice more from memory; the scan keeps four.
-  // 0: chosen (lean_scan_pick): 2 where the scan runs split over V or on few enough SMs (a
-  // share that depends on dtype and D), else 1; the CPU twin takes 0 as 1 unless scan_split > 1. A split scan is always lean.
-  int lean_scan = 0;
+  // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
+  // scan_split > 1. A split scan is always lean.
+  LeanScan lean_scan = LeanScan::pick;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]
   const void* k = nullptr;
@@ -159,13 +157,13 @@ struct ForwardWorkspace {
   void* Ob = nullptr;      // [B, H, Tp, D] dtype  A_qk U                               (forward only)
 };
 
-// Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardPart below).
+// Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardLaunches below).
 // Each output tile may be the same buffer as the saved input of the same type and shape
 // written beside it, and the engine passes exactly that (so one forward's tiles serve one
 // backward, and the backward allocates no tile): a launch reads a chunk's rows of an input
 // before it writes that chunk's rows of the output over it, and no later launch reads the
-// input. S = h[n] (the saved trajectory). The full scan (FusedArgs::lean_scan 1): the inter
-// adjoint forms Delta, dDelta, X_q, X_w and X_k. The lean scan (2): aqk_dO forms Delta over
+// input. S = h[n] (the saved trajectory). The full scan (LeanScan::full): the inter
+// adjoint forms Delta, dDelta, X_q, X_w and X_k. The lean scan (LeanScan::lean): aqk_dO forms Delta over
 // U, the inter adjoint dDelta over AqkT_dO and X_k over Kbar, and the intra adjoint X_q and
 // X_w over sQ and W (which the scan still reads). Delta and X_k (= Delta S'^T) feed every
 // gate gradient; they are fp32 because in bf16 they are the two largest sources of error in
@@ -211,12 +209,12 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 // choices".
 int inter_adjoint_split(int64_t bh, int sms);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
-// 2 (lean) when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
-// dim, else 1: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.
+// lean when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
+// dim, else full: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.
 // The lean form wins while the scan leaves SMs idle for aqk_dO's extra work, the full form once
 // the sequences fill the GPU; the thresholds are where the two cross on the H200 (figures:
 // docs/notes-kda.md, "The figures behind the code's choices").
-int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
+LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
 // bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table
@@ -224,32 +222,33 @@ size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // caller asks for chunk 0 (auto).
 int fused_chunk(int64_t bh, int64_t T, int D, DType dtype);
 
-// The backward in two parts, so that the caller can free A_qk in between (the engine does):
+// Which launches of the backward run: it runs in two parts, so that the caller can free A_qk
+// in between (the engine does):
 //   aqk_dO    launch 1: AqkT_dO = A_qk^T dO, zeroes the counters. Reads Aqk, dO; writes
 //             AqkT_dO and counters only (FusedArgs' gradient pointers may still be null).
 //   adjoints  launches 2-3: inter adjoint, intra adjoint. Never reads Aqk (may be null).
 //   all       both, in order.
-enum class BackwardPart { all, aqk_dO, adjoints };
+enum class BackwardLaunches { all, aqk_dO, adjoints };
 
 // Throw std::invalid_argument naming the problem (D, C, dtype, null pointers). Forward:
-// check_fused_args(a) / check_workspace(ws); backward: pass the part that will run.
+// check_fused_args(a) / check_workspace(ws); backward: pass the launches that will run.
 void check_fused_args(const FusedArgs& a);
-void check_fused_args(const FusedArgs& a, BackwardPart part);
+void check_fused_args(const FusedArgs& a, BackwardLaunches part);
 void check_workspace(const ForwardWorkspace& ws);
-void check_workspace(const BackwardWorkspace& ws, BackwardPart part);
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part);
 // Throw std::invalid_argument when (D, C, dtype, tensor_cores) is not a compiled line of
 // kernels/kda/instances.def (the simt variant without -DLINTRAIN_KDA_SIMT=ON).
 void check_compiled(const FusedArgs& a);
 
 // CPU twins (emulated thread blocks; slow: for tests at small shapes).
 void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws);
-void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part = BackwardPart::all);
+void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaunches part = BackwardLaunches::all);
 
 // CUDA (kernels/cuda/kda.cu and kernels/cuda/kda/; present when LINTRAIN_WITH_CUDA). `stream` is a cudaStream_t.
 // Stage scopes "intra", "inter" (forward) and "aqk_dO", "inter_adjoint",
 // "intra_adjoint" (backward) name the launches in the launch atlas.
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream);
 void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream,
-                         BackwardPart part = BackwardPart::all);
+                         BackwardLaunches part = BackwardLaunches::all);
 
 }  // namespace lt::kda

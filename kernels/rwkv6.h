@@ -66,6 +66,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/mixer.h"
 
 namespace lt::rwkv6 {
 
@@ -73,34 +74,51 @@ namespace lt::rwkv6 {
 // kSafeRange nats (e^{60} ~ 1.1e26: the >= 1 factors k^ and e^{-W} stay far inside bf16/fp32).
 constexpr float kSafeRange = 60.0f;
 
-struct Dims {
-  int64_t B = 1, T = 1, H = 1, D = 64;
-  int64_t chunk = 64;  // C: 16, 32 or 64
-  int64_t num_chunks() const { return (T + chunk - 1) / chunk; }
-  int64_t tokens_numel() const { return B * T * H * D; }                 // [B,T,H,D]
-  int64_t state_numel() const { return B * H * D * D; }                  // [B,H,D,D]
-  int64_t states_numel() const { return B * H * num_chunks() * D * D; }  // [B,H,NT,D,D]
-  int64_t du_part_numel() const { return B * num_chunks() * H * D; }     // [B,NT,H,D]
-};
+// C: 16, 32 or 64 (the naive recurrence ignores it).
+using Dims = mixer::Dims<int64_t>;
+inline int64_t du_part_numel(const Dims& d) { return d.B * d.NT() * d.H * d.D; }  // [B,NT,H,D]
 
 // ---------------------------------------------------------------------------------------
-// 1. Naive recurrence (CPU), F = float or double. h0/ht/dht/dh0 may be nullptr.
+// 1. Naive recurrence (CPU), F = float or double: dense row-major arrays in F.
 template <class F>
-void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                   F* o, F* ht);
-// Backward by the reverse recurrence (stores every state of one (b, h) at a time).
+struct NaiveInputs {
+  Dims dims;              // C unused
+  const F* r = nullptr;   // [B,T,H,D]
+  const F* k = nullptr;   // [B,T,H,D]
+  const F* v = nullptr;   // [B,T,H,D]
+  const F* w = nullptr;   // [B,T,H,D]  log decay, w <= 0
+  const F* u = nullptr;   // [H,D]      bonus
+  const F* h0 = nullptr;  // [B,H,D,D] or nullptr (zero state)
+  F scale = 0;            // 0: D^-1/2 (kernels/mixer.h)
+};
 template <class F>
-void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                    const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0);
+struct NaiveGrads {  // every pointer required except dh0 (may be nullptr)
+  F* dr = nullptr;   // [B,T,H,D]
+  F* dk = nullptr;
+  F* dv = nullptr;
+  F* dw = nullptr;
+  F* du = nullptr;   // [H,D]
+  F* dh0 = nullptr;  // [B,H,D,D]
+};
+// o: [B,T,H,D]; ht: [B,H,D,D] or nullptr.
+template <class F>
+void naive_forward(const NaiveInputs<F>& in, F* o, F* ht);
+// Backward by the reverse recurrence (stores every state of one (b, h) at a time). dO:
+// [B,T,H,D]; dht: [B,H,D,D] or nullptr. Grads are written (=), not accumulated.
+template <class F>
+void naive_backward(const NaiveInputs<F>& in, const F* dO, const F* dht, const NaiveGrads<F>& grads);
 
 // ---------------------------------------------------------------------------------------
 // 2. CPU twins of the fused CUDA stages (same factorisation, same stage boundaries).
+//    `scale`: 0 means D^-1/2 (kernels/mixer.h), as everywhere.
 //    fwd:  chunk_state_scan (h [B,H,NT,D,D], ht)  ->  chunk_output (o)
 //    bwd:  chunk_state_scan (h) + chunk_dstate_scan (dh [B,H,NT,D,D], dh0)
 //          -> chunk_bwd(all)                                          (fused backward)
 //          or chunk_bwd(intra) -> dq_tmp, dk_tmp fp32 -> chunk_bwd(inter)    (fallback)
 //          -> du_reduce
-enum class BackwardPart : int { all = 0, intra = 1, inter = 2 };
+// Which terms of the chunk backward (chunk_bwd, rwkv6_bwd_chunk) one call forms: the
+// intra-chunk terms of dq', dk', the inter-chunk rest that finishes the gradients, or all.
+enum class ChunkBwdTerms : int { all = 0, intra = 1, inter = 2 };
 // simt: the fp32 algebra above (the CUDA path for fp32, and for bf16 at chunk 16).
 // tensor_core: the bf16-operand algebra of the tensor-core kernels (top comment).
 enum class Variant : int { simt = 0, tensor_core = 1 };
@@ -126,7 +144,7 @@ void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, co
 // to dq_tmp, dk_tmp (tensor-core variant: and dw's intra part to dw).  inter: reads dq_tmp,
 // dk_tmp, writes dr, dk, dv, dw, du_part.
 template <class F>
-void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+void chunk_bwd(const Dims& d, ChunkBwdTerms part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
                const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part,
                Variant var = Variant::simt);
 template <class F>
@@ -149,7 +167,7 @@ void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const 
 struct FusedArgs {
   Dims dims;
   DType dtype = DType::f32;  // of r, k, v, w, o, dO, dr, dk, dv, dw
-  float scale = 1.0f;
+  float scale = 0.0f;        // 0: D^-1/2 (kernels/mixer.h); the fla layer passes 1
   // forward inputs / outputs
   const void* r = nullptr;    // [B,T,H,D]
   const void* k = nullptr;    // [B,T,H,D]
@@ -187,8 +205,10 @@ bool cuda_uses_tensor_cores(const Dims& d, DType dtype);
 size_t cuda_scratch_bytes_forward(const Dims& d);
 size_t cuda_scratch_bytes_backward(const Dims& d, BwdImpl impl);
 
-// Checks dims/dtype/pointers; throws std::invalid_argument with the reason.
-void cuda_check_args(const FusedArgs& a, bool backward, BwdImpl impl);
+// Check dims, dtype and pointers; throw std::invalid_argument with the reason. Forward:
+// check_fused_args(a); backward: pass the implementation that will run.
+void check_fused_args(const FusedArgs& a);
+void check_fused_args(const FusedArgs& a, BwdImpl impl);
 
 // 2 launches: state scan (writes h, ht) | chunk output (o).
 void cuda_forward(const FusedArgs& a, void* stream);

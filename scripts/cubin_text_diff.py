@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Is a refactor's machine code unchanged? Compares the .text section of every kernel in NEW
 cubins with the kernel of the same name in OLD (names normalised: the per-file tag nvcc gives an
-anonymous namespace is dropped). Exit 0 when every NEW kernel is found in OLD with identical
-bytes, 1 otherwise.
+anonymous namespace is dropped, so builds from different source paths compare). Exit 0 when
+every NEW kernel is found in OLD with identical bytes, 1 otherwise.
 
     nvcc <the unit's flags> -arch=sm_90a -cubin -o old.cubin old_unit.cu    # at the base commit
     nvcc <the unit's flags> -arch=sm_90a -cubin -o new1.cubin new_unit1.cu  # at the change
@@ -12,6 +12,23 @@ import hashlib
 import re
 import struct
 import sys
+def drop_anon(n):
+    """n with every length-prefixed anonymous-namespace name (<len>_GLOBAL__N__<tag>) as ANON;
+    the length is read from the digits before it (the shortest suffix that names a whole tag)."""
+    while True:
+        i = n.find('_GLOBAL__N__')
+        if i < 0:
+            return n
+        j = i
+        while j > 0 and n[j - 1].isdigit():
+            j -= 1
+        for k in range(1, i - j + 1):
+            ident = n[i:i + int(n[i - k:i])]
+            if re.fullmatch(r'_GLOBAL__N__[0-9a-f]{8}_[0-9]+_\w+_[0-9a-f]{8}(_[0-9]+)?', ident):
+                n = n[:i - k] + 'ANON' + n[i + len(ident):]
+                break
+        else:
+            return n
 def texts(path):
     """{normalised kernel name: sha1 of its .text} of an ELF64 cubin."""
     b = open(path,'rb').read()
@@ -30,6 +47,7 @@ def texts(path):
         if n.startswith('.text.'):
             key = re.sub(r'cuda_launch[0-9]+_GLOBAL__N__[0-9A-Za-z_]+?_[0-9a-f]{8}_[0-9]+', 'cuda_launchANON', n[6:])
             key = re.sub(r'_INTERNAL_[0-9a-f_]+', 'INT', key)
+            key = drop_anon(key)
             out[key] = hashlib.sha1(b[offset:offset+size]).hexdigest()
     return out
 def main():

@@ -28,22 +28,6 @@ namespace lt::mixers {
 
 using Tensor = lt::Tensor;
 
-KdaPath parse_kda_path(const std::string& name) {
-  if (name == "naive") return KdaPath::naive;
-  if (name == "ops") return KdaPath::ops;
-  if (name == "fused") return KdaPath::fused;
-  throw std::invalid_argument("kda: unknown path '" + name + "' (naive | ops | fused)");
-}
-
-const char* kda_path_name(KdaPath p) {
-  switch (p) {
-    case KdaPath::naive: return "naive";
-    case KdaPath::ops: return "ops";
-    case KdaPath::fused: return "fused";
-  }
-  return "?";
-}
-
 // Saved state of one forward call.
 struct KdaSaved {
   KdaConfig cfg;
@@ -91,9 +75,7 @@ kda::Dims dims_of(const KdaInputs& in, const KdaConfig& cfg) {
   return d;
 }
 
-double resolved_scale(const KdaConfig& cfg, int D) {
-  return cfg.scale != 0.0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
-}
+double resolved_scale(const KdaConfig& cfg, int D) { return mixer::resolved_scale(cfg.scale, D); }
 
 // ---- naive -----------------------------------------------------------------------------
 std::vector<double> host(const Tensor& t) { return t.defined() ? t.contiguous().to_vector() : std::vector<double>{}; }
@@ -432,7 +414,7 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   ws.Xk = sv.Kbar.data<float>();
   ws.Kbar = ws.Xk;
   ws.gamma = sv.gamma.data<float>();
-  auto run = [&](kda::BackwardPart part) {
+  auto run = [&](kda::BackwardLaunches part) {
 #if LINTRAIN_WITH_CUDA
     if (dev.is_cuda()) kda::fused_backward_cuda(a, ws, current_stream(dev).handle(), part);
     else
@@ -446,7 +428,7 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   ws.AqkT_dO = ws.dDelta = AqkT_dO.data_ptr();
   ws.Aqk = sv.Aqk.data_ptr();
   ws.counters = static_cast<uint32_t*>(counters.data_ptr());
-  run(kda::BackwardPart::aqk_dO);
+  run(kda::BackwardLaunches::aqk_dO);
   sv.consumed = true;  // (argument errors throw before any kernel runs: the tiles are intact then)
   ws.Aqk = nullptr;
   sv.Aqk = Tensor();
@@ -471,7 +453,7 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   const Tensor dgamma_s = tile_of(wb.gamma, DType::f32, dev), partials = tile_of(wb.partials, DType::f32, dev);
   ws.dgamma_s = dgamma_s.data<float>();
   ws.partials = partials.data<float>();
-  run(kda::BackwardPart::adjoints);
+  run(kda::BackwardLaunches::adjoints);
   return g;
 }
 

@@ -23,18 +23,18 @@
 #include <memory>
 #include <string>
 
+#include "engine/mixers/path.h"
 #include "engine/tensor.h"
 #include "kernels/kda.h"
 
 namespace lt::mixers {
 
-enum class KdaPath : uint8_t { naive, ops, fused };
-KdaPath parse_kda_path(const std::string& name);  // "naive" | "ops" | "fused"
-const char* kda_path_name(KdaPath p);
+inline KdaPath parse_kda_path(const std::string& name) { return parse_mixer_path("kda", name); }
+inline const char* kda_path_name(KdaPath p) { return mixer_path_name(p); }
 
 struct KdaConfig {
   int chunk = 0;       // 0: auto (kda_chunk); else 16, 32 or 64 (ops path: any >= 1)
-  double scale = 0.0;  // 0: D^-1/2
+  double scale = 0.0;  // 0: D^-1/2 (kernels/mixer.h)
   kda::Gate gate;      // default gate, or fla's lower_bound form
   KdaPath path = KdaPath::fused;
   bool output_final_state = false;

@@ -54,9 +54,7 @@ Dims check_inputs(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   return d;
 }
 
-double scale_of(const Dims& d, const Rwkv6Config& cfg) {
-  return cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(d.D));
-}
+double scale_of(const Dims& d, const Rwkv6Config& cfg) { return mixer::resolved_scale(cfg.scale, d.D); }
 
 // The dtype of states (ht, dh0) and of the ops path's arithmetic: f64 for f64 inputs, else f32.
 DType state_dtype(const Tensor& x) { return x.dtype() == DType::f64 ? DType::f64 : DType::f32; }
@@ -93,7 +91,7 @@ struct OpsChunk {
 OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
                             const Tensor& h0, const Dims& d, double scale, DType ct) {
   OpsChunk c;
-  const int64_t C = d.chunk, NT = d.num_chunks();
+  const int64_t C = d.C, NT = d.NT();
   const Device dev = r.device();
   c.q = to_chunks(r, C, ct);
   c.k = to_chunks(k, C, ct);
@@ -141,7 +139,7 @@ Rwkv6Output ops_forward(const Rwkv6Inputs& in, const Dims& d, double scale, bool
 Rwkv6Grads ops_backward(const Rwkv6Inputs& in, const Tensor& dO_tokens, const Tensor& dht, const Dims& d,
                         double scale) {
   const DType ct = state_dtype(in.r);
-  const int64_t C = d.chunk, NT = d.num_chunks();
+  const int64_t C = d.C, NT = d.NT();
   const Device dev = in.r.device();
   OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale, ct);
   Tensor dO = to_chunks(dO_tokens, C, ct);
@@ -195,10 +193,11 @@ template <class F>
 Rwkv6Output cpu_forward(bool naive, const Rwkv6Inputs& in, const Dims& d, double scale, bool want_ht) {
   auto R = host<F>(in.r), K = host<F>(in.k), V = host<F>(in.v), W = host<F>(in.w), U = host<F>(in.u);
   std::vector<F> H0 = in.h0.defined() ? host<F>(in.h0) : std::vector<F>();
-  std::vector<F> o(d.tokens_numel()), ht(d.state_numel());
+  std::vector<F> o(d.token_numel()), ht(d.state_numel());
   const F* h0p = in.h0.defined() ? H0.data() : nullptr;
   const F sc = static_cast<F>(scale);
-  if (naive) rwkv6::naive_forward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+  if (naive)
+    rwkv6::naive_forward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc}, o.data(), ht.data());
   else rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
   Rwkv6Output out;
   out.o = tensor_of(o, in.r.shape(), in.r.dtype(), in.r.device());
@@ -215,11 +214,11 @@ Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const T
   const F* h0p = in.h0.defined() ? H0.data() : nullptr;
   const F* dhtp = dht.defined() ? DHT.data() : nullptr;
   const F sc = static_cast<F>(scale);
-  const int64_t n = d.tokens_numel();
+  const int64_t n = d.token_numel();
   std::vector<F> dr(n), dk(n), dv(n), dw(n), du(d.H * d.D), dh0(d.state_numel());
   if (naive)
-    rwkv6::naive_backward<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp, dr.data(),
-                             dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+    rwkv6::naive_backward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc}, DO.data(), dhtp,
+                             {dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data()});
   else
     rwkv6::chunk_backward_cpu<F>(d, impl, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp,
                                  dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
@@ -268,7 +267,7 @@ Rwkv6Output cuda_forward(Rwkv6Saved& sv, bool want_ht) {
   Rwkv6Output out;
   out.o = Tensor::empty(sv.in.r.shape(), sv.in.r.dtype(), dev);
   if (want_ht) out.ht = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
-  sv.h = Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
+  sv.h = Tensor::empty({d.B, d.H, d.NT(), d.D, d.D}, DType::f32, dev);
   a.o = out.o.data_ptr();
   a.ht = want_ht ? out.ht.data<float>() : nullptr;
   a.h = sv.h.data<float>();
@@ -294,8 +293,8 @@ Rwkv6Grads cuda_backward(const Rwkv6Saved& sv, const Tensor& dO_in, const Tensor
   Tensor du = Tensor::empty({d.H, d.D}, DType::f32, dev);
   if (in.h0.defined()) g.dh0 = Tensor::empty({d.B, d.H, d.D, d.D}, DType::f32, dev);
   // Scratch (from the caching allocator; freed when these Tensors go out of scope).
-  Tensor dh = Tensor::empty({d.B, d.H, d.num_chunks(), d.D, d.D}, DType::f32, dev);
-  Tensor du_part = Tensor::empty({d.B, d.num_chunks(), d.H, d.D}, DType::f32, dev);
+  Tensor dh = Tensor::empty({d.B, d.H, d.NT(), d.D, d.D}, DType::f32, dev);
+  Tensor du_part = Tensor::empty({d.B, d.NT(), d.H, d.D}, DType::f32, dev);
   Tensor dq_tmp, dk_tmp;
   if (impl == BwdImpl::fallback) {
     dq_tmp = Tensor::empty(in.r.shape(), DType::f32, dev);
@@ -315,21 +314,6 @@ Rwkv6Grads cuda_backward(const Rwkv6Saved& sv, const Tensor& dO_in, const Tensor
 #endif
 
 }  // namespace
-
-const char* rwkv6_path_name(Rwkv6Path p) {
-  switch (p) {
-    case Rwkv6Path::naive: return "naive";
-    case Rwkv6Path::ops: return "ops";
-    case Rwkv6Path::fused: return "fused";
-  }
-  return "?";
-}
-
-Rwkv6Path parse_rwkv6_path(const std::string& name) {
-  for (Rwkv6Path p : {Rwkv6Path::naive, Rwkv6Path::ops, Rwkv6Path::fused})
-    if (name == rwkv6_path_name(p)) return p;
-  throw std::invalid_argument("rwkv6: unknown path '" + name + "' (naive | ops | fused)");
-}
 
 Rwkv6Output rwkv6_forward(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   const Dims d = check_inputs(in, cfg);

@@ -33,18 +33,18 @@
 #include <memory>
 #include <string>
 
+#include "engine/mixers/path.h"
 #include "engine/tensor.h"
 #include "kernels/rwkv6.h"
 
 namespace lt::mixers {
 
-enum class Rwkv6Path : uint8_t { naive, ops, fused };
-const char* rwkv6_path_name(Rwkv6Path p);
-Rwkv6Path parse_rwkv6_path(const std::string& name);  // "naive" | "ops" | "fused"; throws naming it
+inline const char* rwkv6_path_name(Rwkv6Path p) { return mixer_path_name(p); }
+inline Rwkv6Path parse_rwkv6_path(const std::string& name) { return parse_mixer_path("rwkv6", name); }
 
 struct Rwkv6Config {
   int chunk = 64;      // fused: 16, 32 or 64 (naive, ops: any >= 1)
-  double scale = 0.0;  // 0: D^-1/2 (the op's default); the fla layer passes 1
+  double scale = 0.0;  // 0: D^-1/2 (kernels/mixer.h); the fla layer passes 1
   Rwkv6Path path = Rwkv6Path::fused;
   bool output_final_state = false;
   rwkv6::BwdImpl backward = rwkv6::BwdImpl::fused;  // fused path: fused | fallback

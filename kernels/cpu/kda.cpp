@@ -96,11 +96,6 @@ SeqTokens<Real> seq_tokens(const NaiveInputs<Real>& in, int64_t b, int64_t h) {
   return s;
 }
 
-template <class Real>
-Real resolve_scale(Real scale, int D) {
-  return scale != Real(0) ? scale : Real(1) / std::sqrt(static_cast<Real>(D));
-}
-
 // Runs the recurrence of one sequence; if traj is non-null stores S_{t-1} for every t and
 // the final state at index T ([T+1][D][D]).
 template <class Real>
@@ -109,7 +104,7 @@ void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t 
   const auto& dm = in.dims;
   const int D = dm.D;
   const int64_t T = dm.T, H = dm.H;
-  const Real scale = resolve_scale(in.scale, D);
+  const Real scale = mixer::resolved_scale(in.scale, D);
   std::vector<Real> S(static_cast<size_t>(D) * D, Real(0)), p(D), delta(D);
   if (in.h0) std::copy_n(in.h0 + (b * H + h) * D * D, D * D, S.begin());
   if (traj) traj->resize(static_cast<size_t>(T + 1) * D * D);
@@ -170,7 +165,7 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
   const auto& dm = in.dims;
   const int D = dm.D;
   const int64_t T = dm.T, H = dm.H, B = dm.B;
-  const Real scale = resolve_scale(in.scale, D);
+  const Real scale = mixer::resolved_scale(in.scale, D);
   std::fill_n(gr.dA_log, H, Real(0));
   std::fill_n(gr.ddt_bias, H * D, Real(0));
   for_each_head(H, [&](int64_t h) {

@@ -23,8 +23,8 @@ void check_dims(const Dims& d, bool check_chunk = true) {
   if (d.B < 1 || d.T < 1 || d.H < 1 || d.D < 1)
     throw std::invalid_argument("rwkv6: bad dims B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
                                 " H=" + std::to_string(d.H) + " D=" + std::to_string(d.D));
-  if (check_chunk && d.chunk != 16 && d.chunk != 32 && d.chunk != 64)
-    throw std::invalid_argument("rwkv6: chunk must be 16, 32 or 64, got " + std::to_string(d.chunk));
+  if (check_chunk && d.C != 16 && d.C != 32 && d.C != 64)
+    throw std::invalid_argument("rwkv6: chunk must be 16, 32 or 64, got " + std::to_string(d.C));
 }
 
 // Index of element (b, t, h, i) in a [B, T, H, D] tensor.
@@ -32,9 +32,7 @@ inline int64_t tok(const Dims& d, int64_t b, int64_t t, int64_t h, int64_t i) {
   return ((b * d.T + t) * d.H + h) * d.D + i;
 }
 // Offset of the [D, D] state of chunk n of (b, h) in a [B, H, NT, D, D] tensor.
-inline int64_t st(const Dims& d, int64_t b, int64_t h, int64_t n) {
-  return ((b * d.H + h) * d.num_chunks() + n) * d.D * d.D;
-}
+inline int64_t st(const Dims& d, int64_t b, int64_t h, int64_t n) { return ((b * d.H + h) * d.NT() + n) * d.D * d.D; }
 
 // One chunk's gates and operand tiles, rows [0, C) with rows >= L zero-padded (w by 0).
 template <class F>
@@ -49,8 +47,8 @@ struct ChunkGates {
   std::vector<F> invW;  // [NB, D]
 
   ChunkGates(const Dims& d, const F* wp, int64_t b, int64_t h, int64_t n, Variant var = Variant::simt)
-      : C(d.chunk), D(d.D), L(std::min<int64_t>(d.chunk, d.T - n * d.chunk)), NB(d.chunk / kBlock), w(C * D, F(0)),
-        gi(C * D), ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
+      : C(d.C), D(d.D), L(std::min<int64_t>(d.C, d.T - n * d.C)), NB(d.C / kBlock), w(C * D, F(0)), gi(C * D),
+        ge(C * D), gamma(D), gs(NB * D), gend(NB * D), eW(NB * D), invW(NB * D) {
     const bool tc = var == Variant::tensor_core;
     for (int64_t r = 0; r < L; ++r)
       for (int64_t i = 0; i < D; ++i) w[r * D + i] = wp[tok(d, b, n * C + r, h, i)];
@@ -82,7 +80,7 @@ struct ChunkGates {
 
 template <class F>
 void load_tile(const Dims& d, const F* x, int64_t b, int64_t h, int64_t n, int64_t L, std::vector<F>& out) {
-  const int64_t C = d.chunk, D = d.D;
+  const int64_t C = d.C, D = d.D;
   out.assign(C * D, F(0));
   for (int64_t r = 0; r < L; ++r)
     for (int64_t i = 0; i < D; ++i) out[r * D + i] = x[tok(d, b, n * C + r, h, i)];
@@ -100,9 +98,11 @@ inline F rb16(F x) {
 // =======================================================================================
 // 1. Naive recurrence
 template <class F>
-void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                   F* o, F* ht) {
+void naive_forward(const NaiveInputs<F>& in, F* o, F* ht) {
+  const Dims& d = in.dims;
   check_dims(d, false);
+  const F scale = mixer::resolved_scale(in.scale, d.D);
+  const F *r = in.r, *k = in.k, *v = in.v, *w = in.w, *u = in.u, *h0 = in.h0;
   const int64_t D = d.D;
   std::vector<F> S(D * D);
   for (int64_t b = 0; b < d.B; ++b)
@@ -131,9 +131,12 @@ void naive_forward(const Dims& d, F scale, const F* r, const F* k, const F* v, c
 }
 
 template <class F>
-void naive_backward(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                    const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0) {
+void naive_backward(const NaiveInputs<F>& in, const F* dO, const F* dht, const NaiveGrads<F>& grads) {
+  const Dims& d = in.dims;
   check_dims(d, false);
+  const F scale = mixer::resolved_scale(in.scale, d.D);
+  const F *r = in.r, *k = in.k, *v = in.v, *w = in.w, *u = in.u, *h0 = in.h0;
+  F *dr = grads.dr, *dk = grads.dk, *dv = grads.dv, *dw = grads.dw, *du = grads.du, *dh0 = grads.dh0;
   const int64_t D = d.D, T = d.T;
   std::vector<F> states((T + 1) * D * D);  // states[t] = S_{t-1}
   std::vector<F> dS(D * D);
@@ -213,7 +216,7 @@ template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht, Variant var) {
   check_dims(d);
   const bool tc = var == Variant::tensor_core;
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const int64_t D = d.D, C = d.C, NT = d.NT();
   std::vector<F> S(D * D), kd, vt;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh) {
@@ -238,8 +241,9 @@ template <class F>
 void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO, const F* dht, F* dh, F* dh0,
                        Variant var) {
   check_dims(d);
+  scale = mixer::resolved_scale(scale, d.D);
   const bool tc = var == Variant::tensor_core;
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const int64_t D = d.D, C = d.C, NT = d.NT();
   std::vector<F> S(D * D), qe, dot;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh) {
@@ -343,7 +347,7 @@ void chunk_attention_tc(const ChunkGates<F>& g, F scale, const std::vector<F>& q
 template <class F>
 void chunk_output_tc(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h,
                      F* o) {
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const int64_t D = d.D, C = d.C, NT = d.NT();
   std::vector<F> q, kk, vv, A, Sr(D * D);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
@@ -411,7 +415,7 @@ template <class F>
 void chunk_store_grads(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, const std::vector<F>& dP,
                        const std::vector<F>& q, const std::vector<F>& kk, const F* uh, const std::vector<F>& dq,
                        const std::vector<F>& dkk, F* dr, F* dk, F* du_part) {
-  const int64_t C = d.chunk, D = d.D, NT = d.num_chunks();
+  const int64_t C = d.C, D = d.D, NT = d.NT();
   for (int64_t i = 0; i < D; ++i) {
     F dus = 0;
     for (int64_t j = 0; j < C; ++j) dus += dP[j * C + j] * q[j * D + i] * kk[j * D + i];
@@ -452,18 +456,18 @@ void store_intra(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, con
                  const std::vector<F>& dkI, F* dq_tmp, F* dk_tmp) {
   for (int64_t rr = 0; rr < L; ++rr)
     for (int64_t i = 0; i < d.D; ++i) {
-      dq_tmp[tok(d, b, n * d.chunk + rr, hh, i)] = dqI[rr * d.D + i];
-      dk_tmp[tok(d, b, n * d.chunk + rr, hh, i)] = dkI[rr * d.D + i];
+      dq_tmp[tok(d, b, n * d.C + rr, hh, i)] = dqI[rr * d.D + i];
+      dk_tmp[tok(d, b, n * d.C + rr, hh, i)] = dkI[rr * d.D + i];
     }
 }
 template <class F>
 void load_intra(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, const F* dq_tmp, const F* dk_tmp,
                 std::vector<F>& dqI, std::vector<F>& dkI) {
-  for (int64_t rr = 0; rr < d.chunk; ++rr)
+  for (int64_t rr = 0; rr < d.C; ++rr)
     for (int64_t i = 0; i < d.D; ++i) {
       const bool ok = rr < L;
-      dqI[rr * d.D + i] = ok ? dq_tmp[tok(d, b, n * d.chunk + rr, hh, i)] : F(0);
-      dkI[rr * d.D + i] = ok ? dk_tmp[tok(d, b, n * d.chunk + rr, hh, i)] : F(0);
+      dqI[rr * d.D + i] = ok ? dq_tmp[tok(d, b, n * d.C + rr, hh, i)] : F(0);
+      dkI[rr * d.D + i] = ok ? dk_tmp[tok(d, b, n * d.C + rr, hh, i)] : F(0);
     }
 }
 // dV = A^T dO + round(K . e^{gamma - Gi}) Sp for the chunk's L valid rows; `round` is where the
@@ -471,7 +475,7 @@ void load_intra(const Dims& d, int64_t b, int64_t hh, int64_t n, int64_t L, cons
 template <class F, class Round>
 void chunk_dv(const Dims& d, const ChunkGates<F>& g, int64_t b, int64_t hh, int64_t n, const std::vector<F>& A,
               const std::vector<F>& dOc, const std::vector<F>& kk, const F* Sp, Round round, F* dv) {
-  const int64_t C = d.chunk, D = d.D;
+  const int64_t C = d.C, D = d.D;
   for (int64_t s = 0; s < g.L; ++s)
     for (int64_t j = 0; j < D; ++j) {
       F acc = 0;
@@ -483,10 +487,11 @@ void chunk_dv(const Dims& d, const ChunkGates<F>& g, int64_t b, int64_t hh, int6
 }
 
 template <class F>
-void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
-                  const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part) {
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
-  const bool intra = part != BackwardPart::inter;
+void chunk_bwd_tc(const Dims& d, ChunkBwdTerms part, F scale, const F* r, const F* k, const F* v, const F* w,
+                  const F* u, const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw,
+                  F* du_part) {
+  const int64_t D = d.D, C = d.C, NT = d.NT();
+  const bool intra = part != ChunkBwdTerms::inter;
   std::vector<F> q, kk, vv, dOc, A, dP(C * C), P(C * C), Sr(D * D), Spr(D * D);
   std::vector<F> dqI(C * D), dkI(C * D), xI(C * D), yI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D), dg(D);
   for (int64_t b = 0; b < d.B; ++b)
@@ -561,7 +566,7 @@ void chunk_bwd_tc(const Dims& d, BackwardPart part, F scale, const F* r, const F
               yI[s * D + i] = op.kt[s * D + i] * Dk + kk[s * D + i] * fb;
             }
           }
-          if (part == BackwardPart::intra) {
+          if (part == ChunkBwdTerms::intra) {
             // The fallback's intra kernel also finishes dw's intra part (the consistent x, y
             // exist only here) and leaves it in dw, rounded to the output dtype (bf16).
             for (int64_t i = 0; i < D; ++i) {
@@ -610,8 +615,9 @@ template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h, F* o,
                   Variant var) {
   check_dims(d);
+  scale = mixer::resolved_scale(scale, d.D);
   if (var == Variant::tensor_core) return chunk_output_tc(d, scale, r, k, v, w, u, h, o);
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
+  const int64_t D = d.D, C = d.C, NT = d.NT();
   std::vector<F> q, kk, vv, A;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t hh = 0; hh < d.H; ++hh)
@@ -633,14 +639,15 @@ void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, co
 }
 
 template <class F>
-void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
+void chunk_bwd(const Dims& d, ChunkBwdTerms part, F scale, const F* r, const F* k, const F* v, const F* w, const F* u,
                const F* h, const F* dh, const F* dO, F* dq_tmp, F* dk_tmp, F* dr, F* dk, F* dv, F* dw, F* du_part,
                Variant var) {
   check_dims(d);
+  scale = mixer::resolved_scale(scale, d.D);
   if (var == Variant::tensor_core)
     return chunk_bwd_tc(d, part, scale, r, k, v, w, u, h, dh, dO, dq_tmp, dk_tmp, dr, dk, dv, dw, du_part);
-  const int64_t D = d.D, C = d.chunk, NT = d.num_chunks();
-  const bool intra = part != BackwardPart::inter, inter = part != BackwardPart::intra;
+  const int64_t D = d.D, C = d.C, NT = d.NT();
+  const bool intra = part != ChunkBwdTerms::inter, inter = part != ChunkBwdTerms::intra;
   std::vector<F> q, kk, vv, dOc, A, dP(C * C), qt(C * D), kt(C * D);
   std::vector<F> dqI(C * D), dkI(C * D), dqS(C * D), dkS(C * D), dq(C * D), dkk(C * D), dg(D);
   for (int64_t b = 0; b < d.B; ++b)
@@ -690,7 +697,7 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
               dkI[s * D + i] = acc;
             }
           }
-          if (part == BackwardPart::intra) {
+          if (part == ChunkBwdTerms::intra) {
             store_intra(d, b, hh, n, L, dqI, dkI, dq_tmp, dk_tmp);
             continue;
           }
@@ -721,7 +728,7 @@ void chunk_bwd(const Dims& d, BackwardPart part, F scale, const F* r, const F* k
 
 template <class F>
 void du_reduce(const Dims& d, const F* du_part, F* du) {
-  const int64_t NT = d.num_chunks();
+  const int64_t NT = d.NT();
   for (int64_t hh = 0; hh < d.H; ++hh)
     for (int64_t i = 0; i < d.D; ++i) {
       F acc = 0;
@@ -734,7 +741,7 @@ void du_reduce(const Dims& d, const F* du_part, F* du) {
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
                        F* o, F* ht, Variant var) {
-  std::vector<F> h(d.states_numel());
+  std::vector<F> h(d.trajectory_numel());
   chunk_state_scan(d, k, v, w, h0, h.data(), ht, var);
   chunk_output(d, scale, r, k, v, w, u, h.data(), o, var);
 }
@@ -743,17 +750,17 @@ template <class F>
 void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v, const F* w,
                         const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0,
                         Variant var) {
-  std::vector<F> h(d.states_numel()), dh(d.states_numel()), dup(d.du_part_numel());
+  std::vector<F> h(d.trajectory_numel()), dh(d.trajectory_numel()), dup(du_part_numel(d));
   chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var);
   chunk_dstate_scan(d, scale, r, w, dO, dht, dh.data(), dh0, var);
   if (impl == BwdImpl::fused) {
-    chunk_bwd<F>(d, BackwardPart::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr, dr, dk, dv, dw,
+    chunk_bwd<F>(d, ChunkBwdTerms::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr, dr, dk, dv, dw,
                  dup.data(), var);
   } else {
-    std::vector<F> dqt(d.tokens_numel()), dkt(d.tokens_numel());
-    chunk_bwd<F>(d, BackwardPart::intra, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(), nullptr,
-                 nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
-    chunk_bwd<F>(d, BackwardPart::inter, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(), dr, dk,
+    std::vector<F> dqt(d.token_numel()), dkt(d.token_numel());
+    chunk_bwd<F>(d, ChunkBwdTerms::intra, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(),
+                 nullptr, nullptr, nullptr, dw, nullptr, var);  // tensor-core variant: dw's intra part
+    chunk_bwd<F>(d, ChunkBwdTerms::inter, scale, r, k, v, w, u, h.data(), dh.data(), dO, dqt.data(), dkt.data(), dr, dk,
                  dv, dw, dup.data(), var);
   }
   du_reduce(d, dup.data(), du);
@@ -761,20 +768,19 @@ void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const 
 
 // F names a type, which cannot be parenthesised: the check does not apply to this macro.
 // NOLINTBEGIN(bugprone-macro-parentheses)
-#define LT_RWKV6_INSTANTIATE(F)                                                                                        \
-  template void naive_forward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*, F*);  \
-  template void naive_backward<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*,          \
-                                  const F*, const F*, F*, F*, F*, F*, F*, F*);                                         \
-  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant);             \
-  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*, Variant);         \
-  template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,        \
-                                Variant);                                                                              \
-  template void chunk_bwd<F>(const Dims&, BackwardPart, F, const F*, const F*, const F*, const F*, const F*, const F*, \
-                             const F*, const F*, F*, F*, F*, F*, F*, F*, F*, Variant);                                 \
-  template void du_reduce<F>(const Dims&, const F*, F*);                                                               \
-  template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,   \
-                                     F*, Variant);                                                                     \
-  template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*, const F*,       \
+#define LT_RWKV6_INSTANTIATE(F)                                                                                      \
+  template void naive_forward<F>(const NaiveInputs<F>&, F*, F*);                                                     \
+  template void naive_backward<F>(const NaiveInputs<F>&, const F*, const F*, const NaiveGrads<F>&);                  \
+  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant);           \
+  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*, Variant);       \
+  template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,      \
+                                Variant);                                                                            \
+  template void chunk_bwd<F>(const Dims&, ChunkBwdTerms, F, const F*, const F*, const F*, const F*, const F*,        \
+                             const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*, Variant);                     \
+  template void du_reduce<F>(const Dims&, const F*, F*);                                                             \
+  template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*, \
+                                     F*, Variant);                                                                   \
+  template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*, const F*,     \
                                       const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, Variant);
 // NOLINTEND(bugprone-macro-parentheses)
 

@@ -50,21 +50,21 @@ int scan_split(const FusedArgs& a) {
   return inter_adjoint_split(a.dims.B * a.dims.H, sms);
 }
 
-// FusedArgs::lean_scan for a scan split `nv`: 2 when nv > 1 (a split scan is always lean);
-// else FusedArgs::lean_scan; else the environment variable LINTRAIN_KDA_LEAN_SCAN = 1 or 2
-// (read once per process; same-binary comparisons in kbench); else chosen from B*H and the SM
-// count (lean_scan_pick).
-int lean_scan(const FusedArgs& a, int nv) {
-  if (nv > 1) return 2;
-  if (a.lean_scan != 0) return a.lean_scan;
-  static const int forced = [] {
+// FusedArgs::lean_scan for a scan split `nv`: lean when nv > 1 (a split scan is always lean);
+// else FusedArgs::lean_scan unless pick; else the environment variable LINTRAIN_KDA_LEAN_SCAN
+// = 1 (full) or 2 (lean), LeanScan's numbers (read once per process; same-binary comparisons
+// in kbench); else chosen from B*H and the SM count (lean_scan_pick).
+LeanScan lean_scan(const FusedArgs& a, int nv) {
+  if (nv > 1) return LeanScan::lean;
+  if (a.lean_scan != LeanScan::pick) return a.lean_scan;
+  static const LeanScan forced = [] {
     const char* e = std::getenv("LINTRAIN_KDA_LEAN_SCAN");
     const std::string v = e ? e : "";
-    if (v.empty()) return 0;
+    if (v.empty()) return LeanScan::pick;
     if (v != "1" && v != "2") throw std::invalid_argument("LINTRAIN_KDA_LEAN_SCAN must be 1 or 2, got '" + v + "'");
-    return std::stoi(v);
+    return static_cast<LeanScan>(std::stoi(v));
   }();
-  if (forced != 0) return forced;
+  if (forced != LeanScan::pick) return forced;
   int dev = 0, sms = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -82,7 +82,7 @@ void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* st
                     [&]<int D, int C, class T, bool kTC>() { cuda_launch::forward<D, C, T, kTC>(a, ws, s); });
 }
 
-void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream, BackwardPart part) {
+void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream, BackwardLaunches part) {
   check_fused_args(a, part);
   check_workspace(ws, part);
   check_compiled(a);

@@ -8,7 +8,7 @@ namespace lt::kda::KDA_BLOCKS_NS {
 
 // ======================================================================================
 // aqk_dO (backward, first launch): AqkT_dO = A_qk^T dO from the forward's saved A_qk, and for
-// the lean scan (FusedArgs::lean_scan == 2)
+// the lean scan (LeanScan::lean)
 // Delta = U - W S with S = h[n] the saved state before the chunk (written over U: this block
 // reads the chunk's rows of U before it writes them, and no other block touches them). Delta
 // does not depend on the adjoint state, so the reverse scan reads it instead of forming it
@@ -27,13 +27,14 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
   constexpr int NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
-  const bool lean = a.lean_scan == 2;  // block-uniform
-  float* Aq = smem;                    // [C][LC] A_qk
-  float* dOs = Aq + G::CC;             // [C][LS] dO slice (0 on rows >= L)
-  float* Us = dOs + G::SLICE;          // [C][LS] U slice
-  float* Ws = Us + G::SLICE;           // [C][LDA] W
-  float* Hs = Ws + C * LDA;            // [D][LH] h[n][k][v0 + j] at k LH + j
-  if (bh == 0 && n == 0)               // per-head counters [H], then the scan's progress [B*H]
+  const bool lean = a.lean_scan == LeanScan::lean;  // block-uniform
+
+  float* Aq = smem;            // [C][LC] A_qk
+  float* dOs = Aq + G::CC;     // [C][LS] dO slice (0 on rows >= L)
+  float* Us = dOs + G::SLICE;  // [C][LS] U slice
+  float* Ws = Us + G::SLICE;   // [C][LDA] W
+  float* Hs = Ws + C * LDA;    // [D][LH] h[n][k][v0 + j] at k LH + j
+  if (bh == 0 && n == 0)       // per-head counters [H], then the scan's progress [B*H]
     for (int64_t i = blk.tid(); i < dm.H + dm.B * dm.H; i += NTHR) ws.counters[i] = 0u;
   const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
   KDA_UNROLL_N(8)

@@ -154,6 +154,7 @@ KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int
 }
 KDA_DEV int scan_blocks(const FusedArgs& a) { return a.scan_split > 1 ? a.scan_split : 1; }
 
+// FusedArgs::scale with 0 read as D^-1/2 (kernels/mixer.h), in device code.
 KDA_DEV float resolved_scale(const FusedArgs& a) {
   return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
 }

@@ -21,12 +21,12 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
 }
 
 int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
-int lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
-  if (split > 1) return 2;
+LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
+  if (split > 1) return LeanScan::lean;
   const bool lean = dtype != DType::f32 ? 8 * bh <= 3 * static_cast<int64_t>(sms)
                     : D == 64           ? 4 * bh <= sms
                                         : 2 * bh <= sms;
-  return lean ? 2 : 1;
+  return lean ? LeanScan::lean : LeanScan::full;
 }
 
 // The fastest chunk per dtype and head dim from the sweep configs/bench-kda-chunks.json (figures:
@@ -66,9 +66,10 @@ void check_common(const FusedArgs& a) {
   if (!a.h) fail("missing state trajectory h");
   if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
     fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
-  if (a.lean_scan != 0 && a.lean_scan != 1 && a.lean_scan != 2)
-    fail("lean_scan must be 0, 1 or 2, got " + std::to_string(a.lean_scan));
-  if (a.lean_scan == 1 && a.scan_split > 1) fail("a split scan is always lean (lean_scan 1 with scan_split > 1)");
+  if (a.lean_scan != LeanScan::pick && a.lean_scan != LeanScan::full && a.lean_scan != LeanScan::lean)
+    fail("lean_scan must be pick (0), full (1) or lean (2), got " + std::to_string(static_cast<int>(a.lean_scan)));
+  if (a.lean_scan == LeanScan::full && a.scan_split > 1)
+    fail("a split scan is always lean (lean_scan full with scan_split > 1)");
 }
 
 }  // namespace
@@ -78,10 +79,10 @@ void check_fused_args(const FusedArgs& a) {
   if (!a.o) throw std::invalid_argument("kda fused: missing output o");
 }
 
-void check_fused_args(const FusedArgs& a, BackwardPart part) {
+void check_fused_args(const FusedArgs& a, BackwardLaunches part) {
   check_common(a);
   if (!a.dO) throw std::invalid_argument("kda fused: missing backward input dO");
-  if (part != BackwardPart::aqk_dO && (!a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
+  if (part != BackwardLaunches::aqk_dO && (!a.dq || !a.dk || !a.dv || !a.df || !a.db || !a.dA_log || !a.ddt_bias))
     throw std::invalid_argument("kda fused: missing gradient pointer (dq, dk, dv, df, db, dA_log or ddt_bias)");
 }
 
@@ -92,15 +93,15 @@ void check_workspace(const ForwardWorkspace& ws) {
   if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 
-void check_workspace(const BackwardWorkspace& ws, BackwardPart part) {
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
-  if (part != BackwardPart::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
-  if (part != BackwardPart::adjoints && (!ws.W || !ws.U || !ws.Delta))
+  if (part != BackwardLaunches::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
+  if (part != BackwardLaunches::adjoints && (!ws.W || !ws.U || !ws.Delta))
     fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
-  if (part != BackwardPart::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
+  if (part != BackwardLaunches::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
     fail("saved tile missing (W, U, sQ, Kbar or gamma)");
-  if (part != BackwardPart::aqk_dO &&
+  if (part != BackwardLaunches::aqk_dO &&
       (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
     fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");
 }

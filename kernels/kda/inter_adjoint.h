@@ -35,7 +35,7 @@ KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at) 
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
-// kTC: products on tensor cores; else fp32 CUDA cores. kLean (FusedArgs::lean_scan == 2, a
+// kTC: products on tensor cores; else fp32 CUDA cores. kLean (LeanScan::lean, a
 // template parameter so that neither form pays for the other's branch): Delta comes from
 // aqk_dO and X_q, X_w are left to the intra adjoint, so a row block forms dDelta, X_k and the
 // S' update only; S = h[n] is then read by dgamma_s alone.

@@ -18,7 +18,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
-  constexpr bool lean = kLean;  // lean scan (FusedArgs::lean_scan == 2): X_q, X_w formed here (P0)
+  constexpr bool lean = kLean;  // lean scan (LeanScan::lean): X_q, X_w formed here (P0)
   // shared memory (floats)
   float* Pk = smem;        // P(k^,k^) raw (s < r)
   float* Tm = Pk + G::CC;  // (I + A)^{-1}

@@ -32,7 +32,7 @@ struct Problem {
       : d(dims) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> nd(0.0, 1.0);
-    const int64_t n = d.tokens_numel();
+    const int64_t n = d.token_numel();
     auto fill = [&](std::vector<double>& x, int64_t count, double s) {
       x.resize(count);
       for (auto& e : x) e = s * nd(rng);
@@ -62,13 +62,16 @@ struct Problem {
   }
   const double* h0p() const { return h0.empty() ? nullptr : h0.data(); }
   const double* dhtp() const { return dht.empty() ? nullptr : dht.data(); }
+  NaiveInputs<double> naive_inputs() const {
+    return {d, r.data(), k.data(), v.data(), w.data(), u.data(), h0p(), scale};
+  }
 };
 
 struct Grads {
   std::vector<double> o, ht, dr, dk, dv, dw, du, dh0;
   explicit Grads(const Dims& d)
-      : o(d.tokens_numel()), ht(d.state_numel()), dr(d.tokens_numel()), dk(d.tokens_numel()), dv(d.tokens_numel()),
-        dw(d.tokens_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
+      : o(d.token_numel()), ht(d.state_numel()), dr(d.token_numel()), dk(d.token_numel()), dv(d.token_numel()),
+        dw(d.token_numel()), du(d.H * d.D), dh0(d.state_numel()) {}
 };
 
 inline const char* gate_name(GateKind g) {
@@ -77,10 +80,9 @@ inline const char* gate_name(GateKind g) {
 
 inline Grads naive_reference(const Problem& p) {
   Grads g(p.d);
-  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), g.o.data(),
-                        g.ht.data());
-  naive_backward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), p.dO.data(),
-                         p.dhtp(), g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(), g.du.data(), g.dh0.data());
+  naive_forward<double>(p.naive_inputs(), g.o.data(), g.ht.data());
+  naive_backward<double>(p.naive_inputs(), p.dO.data(), p.dhtp(),
+                         {g.dr.data(), g.dk.data(), g.dv.data(), g.dw.data(), g.du.data(), g.dh0.data()});
   return g;
 }
 

@@ -112,10 +112,10 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.dh0 = dh0.data();
   // In two parts as the engine runs it: after aqk_dO the A_qk tile is dead (poisoned here,
   // and its pointer withdrawn: the adjoints must not read it).
-  fused_backward_cpu(a, ws, BackwardPart::aqk_dO);
+  fused_backward_cpu(a, ws, BackwardLaunches::aqk_dO);
   aqk.poison();
   ws.Aqk = nullptr;
-  fused_backward_cpu(a, ws, BackwardPart::adjoints);
+  fused_backward_cpu(a, ws, BackwardLaunches::adjoints);
 
   Result r;
   r.o = o.to_double();
@@ -257,22 +257,22 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   ws.U = ws.Kbar = ws.gamma = dummy;
   ws.Delta = ws.Xk = ws.dgamma_s = ws.partials = dummy;
   ws.counters = reinterpret_cast<uint32_t*>(dummy);
-  auto message = [&](BackwardPart part) -> std::string {
+  auto message = [&](BackwardLaunches part) -> std::string {
     try {
       fused_backward_cpu(a, ws, part);
     } catch (const std::invalid_argument& e) { return e.what(); }
     return "(no exception)";
   };
   // aqk_dO needs A_qk; the gradient pointers are not needed yet, so the missing Aqk is what it names.
-  CHECK(message(BackwardPart::aqk_dO).find("Aqk") != std::string::npos);
+  CHECK(message(BackwardLaunches::aqk_dO).find("Aqk") != std::string::npos);
   // the adjoints need the gradient pointers (and never A_qk)
-  CHECK(message(BackwardPart::adjoints).find("gradient pointer") != std::string::npos);
+  CHECK(message(BackwardLaunches::adjoints).find("gradient pointer") != std::string::npos);
   a.dq = a.dk = a.dv = a.df = a.db = p;
   a.dA_log = a.ddt_bias = dummy;
   ws.partials = nullptr;
-  CHECK(message(BackwardPart::adjoints).find("partials") != std::string::npos);
+  CHECK(message(BackwardLaunches::adjoints).find("partials") != std::string::npos);
   a.dO = nullptr;
-  CHECK(message(BackwardPart::all).find("dO") != std::string::npos);
+  CHECK(message(BackwardLaunches::all).find("dO") != std::string::npos);
 }
 
 TEST_CASE(
@@ -280,7 +280,7 @@ TEST_CASE(
     "recurrence",
     "[kda][twin][lean]") {
   // The default on the CPU is the full scan (the other twin cases); here the single-block scan
-  // runs lean (FusedArgs::lean_scan = 2), so aqk_dO's Delta product and the intra adjoint's P0
+  // runs lean (LeanScan::lean), so aqk_dO's Delta product and the intra adjoint's P0
   // are checked against the float64 recurrence, outputs NaN-poisoned, every chunk size and
   // head dim, partial chunks, h0 / dht, both gates, both dtypes and the CUDA-core variant.
   const uint64_t seed = test_seed() + 5;
@@ -303,7 +303,7 @@ TEST_CASE(
     const Sc& s = cases[i];
     Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
     if (skip_uncompiled(c)) continue;
-    c.lean = 2;
+    c.lean = LeanScan::lean;
     const Data x = make_data(c, seed + i);
     const Result got = run_fused_twin(c, x);
     const Result ref = run_naive(c, x);
@@ -341,7 +341,7 @@ TEST_CASE(
     if (skip_uncompiled(c)) continue;
     const Data x = make_data(c, seed + i);
     c.split = 1;
-    c.lean = 2;  // a split scan is lean: the single-block scan in the same form
+    c.lean = LeanScan::lean;  // a split scan is lean: the single-block scan in the same form
     const Result one = run_fused_twin(c, x);
     c.split = s.nv;
     const Result got = run_fused_twin(c, x);

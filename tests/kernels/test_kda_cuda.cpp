@@ -136,7 +136,7 @@ const Result& cached_naive(const Case& c, const Data& x, bool f64) {
   key.dims.C = 0;
   key.simt = false;
   key.split = 0;
-  key.lean = 0;
+  key.lean = LeanScan::pick;
   auto& m = cache[f64 ? 1 : 0];
   auto it = m.find(key.name());
   if (it != m.end()) return it->second;
@@ -153,7 +153,7 @@ uint64_t data_seed(const Case& c, uint64_t base) {
   key.dims.C = 0;
   key.simt = false;
   key.split = 0;
-  key.lean = 0;
+  key.lean = LeanScan::pick;
   return base + std::hash<std::string>{}(key.name()) % 1000;
 }
 
@@ -228,7 +228,7 @@ TEST_CASE(
     const Result& ref = reference(c, x);
     const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     c.split = 1;
-    c.lean = 2;  // a split scan is lean: the single-block scan in the same form
+    c.lean = LeanScan::lean;  // a split scan is lean: the single-block scan in the same form
     const Result one = run_fused_cuda(c, x);
     for (int nv : {2, 4}) {
       c.split = nv;
@@ -252,19 +252,19 @@ TEST_CASE("KDA fused CUDA: the full and the lean backward scan both match the na
   // full scan at B8 H12; here each shape runs the other form too.
   const uint64_t seed = test_seed();
   std::vector<Case> cases;
-  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt, bool simt, int lean) {
+  auto add = [&](Dims d, bool h0, bool dht, bool lb, DType dt, bool simt, LeanScan lean) {
     Case c = make_case(d, h0, dht, lb, dt, simt);
     c.lean = lean;
     cases.push_back(c);
   };
-  add({8, 512, 12, 64, 32}, false, false, false, DType::bf16, false, 2);  // the default there: full
-  add({8, 512, 12, 64, 16}, false, false, false, DType::f32, false, 2);
-  add({8, 512, 12, 64, 64}, false, false, false, DType::f32, true, 2);
-  add({2, 300, 3, 64, 32}, true, true, true, DType::f32, false, 1);  // the default there: lean
-  add({2, 200, 2, 128, 16}, true, true, false, DType::f32, false, 1);
-  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, 1);
-  add({2, 200, 2, 128, 64}, true, true, false, DType::f32, true, 1);
-  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, 2);
+  add({8, 512, 12, 64, 32}, false, false, false, DType::bf16, false, LeanScan::lean);  // the default there: full
+  add({8, 512, 12, 64, 16}, false, false, false, DType::f32, false, LeanScan::lean);
+  add({8, 512, 12, 64, 64}, false, false, false, DType::f32, true, LeanScan::lean);
+  add({2, 300, 3, 64, 32}, true, true, true, DType::f32, false, LeanScan::full);  // the default there: lean
+  add({2, 200, 2, 128, 16}, true, true, false, DType::f32, false, LeanScan::full);
+  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, LeanScan::full);
+  add({2, 200, 2, 128, 64}, true, true, false, DType::f32, true, LeanScan::full);
+  add({2, 200, 2, 128, 32}, true, true, false, DType::bf16, false, LeanScan::lean);
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     if (skip_uncompiled(c)) continue;

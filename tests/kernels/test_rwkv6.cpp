@@ -18,9 +18,8 @@ namespace {
 
 // Loss L = sum o . G + sum ht . Ght (G = dO, Ght = dht), in float64.
 double loss(const Problem& p) {
-  std::vector<double> o(p.d.tokens_numel()), ht(p.d.state_numel());
-  naive_forward<double>(p.d, p.scale, p.r.data(), p.k.data(), p.v.data(), p.w.data(), p.u.data(), p.h0p(), o.data(),
-                        ht.data());
+  std::vector<double> o(p.d.token_numel()), ht(p.d.state_numel());
+  naive_forward<double>(p.naive_inputs(), o.data(), ht.data());
   double l = 0;
   for (size_t i = 0; i < o.size(); ++i) l += o[i] * p.dO[i];
   if (!p.dht.empty())
@@ -82,18 +81,18 @@ void check_twins(const TwinCase& c, double tol, uint64_t seed) {
   const F* h0p = p.h0.empty() ? nullptr : h0.data();
   const F* dhtp = p.dht.empty() ? nullptr : dht.data();
   const Dims& d = c.d;
-  std::vector<F> o(d.tokens_numel(), NAN), ht(d.state_numel(), NAN);
+  std::vector<F> o(d.token_numel(), NAN), ht(d.state_numel(), NAN);
   chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p, o.data(),
                        ht.data());
   const double eo = rel_err_l2(o, ref.o), eht = rel_err_l2(ht, ref.ht);
   std::printf("rwkv6 twin<%s> B%lld T%lld H%lld D%lld C%lld gate %s h0 %d dht %d: o %.2e ht %.2e\n",
               sizeof(F) == 8 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D,
-              (long long)d.chunk, c.gate == GateKind::kLogSigmoid ? "logsig" : "-exp", c.h0, c.dht, eo, eht);
+              (long long)d.C, c.gate == GateKind::kLogSigmoid ? "logsig" : "-exp", c.h0, c.dht, eo, eht);
   CHECK(eo < tol);
   CHECK(eht < tol);
   for (int fused = 1; fused >= 0; --fused) {
-    std::vector<F> dr(d.tokens_numel(), NAN), dk(d.tokens_numel(), NAN), dv(d.tokens_numel(), NAN),
-        dw(d.tokens_numel(), NAN), du(d.H * d.D, NAN), dh0(d.state_numel(), NAN);
+    std::vector<F> dr(d.token_numel(), NAN), dk(d.token_numel(), NAN), dv(d.token_numel(), NAN),
+        dw(d.token_numel(), NAN), du(d.H * d.D, NAN), dh0(d.state_numel(), NAN);
     chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(),
                           k.data(), v.data(), w.data(), u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(), dv.data(),
                           dw.data(), du.data(), dh0.data());
@@ -149,9 +148,9 @@ TEST_CASE("rwkv6 CPU twins of the tensor-core variant (bf16 operands) match the 
       p.round_to_bf16();
       Grads ref = naive_reference(p);
       const Dims& d = c.d;
-      std::vector<double> o(d.tokens_numel(), NAN), ht(d.state_numel(), NAN);
+      std::vector<double> o(d.token_numel(), NAN), ht(d.state_numel(), NAN);
       std::vector<double> g[6];
-      for (auto& x : g) x.assign(d.tokens_numel(), NAN);
+      for (auto& x : g) x.assign(d.token_numel(), NAN);
       std::vector<double> du(d.H * d.D, NAN), dh0(d.state_numel(), NAN);
       double e[8] = {};
       auto run = [&](auto one) {
@@ -161,13 +160,13 @@ TEST_CASE("rwkv6 CPU twins of the tensor-core variant (bf16 operands) match the 
              dht = cv(p.dht);
         const F* h0p = p.h0.empty() ? nullptr : h0.data();
         const F* dhtp = p.dht.empty() ? nullptr : dht.data();
-        std::vector<F> fo(d.tokens_numel(), NAN), fht(d.state_numel(), NAN);
+        std::vector<F> fo(d.token_numel(), NAN), fht(d.state_numel(), NAN);
         chunk_forward_cpu<F>(d, static_cast<F>(p.scale), r.data(), k.data(), v.data(), w.data(), u.data(), h0p,
                              fo.data(), fht.data(), Variant::tensor_core);
         e[0] = rel_err_l2(fo, ref.o), e[1] = rel_err_l2(fht, ref.ht);
         for (int fused = 1; fused >= 0; --fused) {
-          std::vector<F> dr(d.tokens_numel(), NAN), dk(d.tokens_numel(), NAN), dv(d.tokens_numel(), NAN),
-              dw(d.tokens_numel(), NAN), fdu(d.H * d.D, NAN), fdh0(d.state_numel(), NAN);
+          std::vector<F> dr(d.token_numel(), NAN), dk(d.token_numel(), NAN), dv(d.token_numel(), NAN),
+              dw(d.token_numel(), NAN), fdu(d.H * d.D, NAN), fdh0(d.state_numel(), NAN);
           chunk_backward_cpu<F>(d, fused == 1 ? BwdImpl::fused : BwdImpl::fallback, static_cast<F>(p.scale), r.data(),
                                 k.data(), v.data(), w.data(), u.data(), h0p, dO.data(), dhtp, dr.data(), dk.data(),
                                 dv.data(), dw.data(), fdu.data(), fdh0.data(), Variant::tensor_core);
@@ -181,7 +180,7 @@ TEST_CASE("rwkv6 CPU twins of the tensor-core variant (bf16 operands) match the 
       std::printf(
           "rwkv6 tc twin<%s> B%lld T%lld H%lld D%lld C%lld %s: o %.2e ht %.2e dr %.2e dk %.2e dv %.2e "
           "dw %.2e du %.2e dh0 %.2e\n",
-          prec == 0 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk,
+          prec == 0 ? "f64" : "f32", (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.C,
           gate_name(c.gate), e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
       for (double x : e) {
         CHECK(x < 1e-2);

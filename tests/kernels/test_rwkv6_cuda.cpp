@@ -81,7 +81,7 @@ void run_case(const Case& c, uint64_t seed) {
   if (bf) p.round_to_bf16();
   Grads ref = naive_reference(p);
 
-  const size_t ntok = d.tokens_numel(), es = bf ? 2 : 4;
+  const size_t ntok = d.token_numel(), es = bf ? 2 : 4;
   auto r = upload(p.r, c.dtype), k = upload(p.k, c.dtype), v = upload(p.v, c.dtype), w = upload(p.w, c.dtype);
   auto dO = upload(p.dO, c.dtype);
   auto u = upload(p.u, lt::DType::f32);
@@ -97,7 +97,7 @@ void run_case(const Case& c, uint64_t seed) {
   a.h0 = c.h0 ? h0.as<float>() : nullptr;
   a.dO = dO.data();
   a.dht = c.dht ? dht.as<float>() : nullptr;
-  auto hbuf = poisoned(d.states_numel() * 4);
+  auto hbuf = poisoned(d.trajectory_numel() * 4);
   a.h = hbuf.as<float>();
 
   auto o = poisoned(ntok * es), ht = poisoned(d.state_numel() * 4);
@@ -110,8 +110,7 @@ void run_case(const Case& c, uint64_t seed) {
   const double eht = rel_err_l2(download(ht, d.state_numel(), lt::DType::f32), ref.ht);
   std::printf("rwkv6 cuda %s %s B%lld T%lld H%lld D%lld C%lld %s h0 %d dht %d | fwd o %.2e ht %.2e\n",
               bf ? "bf16" : "fp32", cuda_uses_tensor_cores(d, c.dtype) ? "tc  " : "simt", (long long)d.B,
-              (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk, gate_name(c.gate), c.h0, c.dht, eo,
-              eht);
+              (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.C, gate_name(c.gate), c.h0, c.dht, eo, eht);
   CHECK(eo < tol);
   CHECK(eht < tol);
   worst_seen[bf][0] = std::max(worst_seen[bf][0], eo);
@@ -122,11 +121,11 @@ void run_case(const Case& c, uint64_t seed) {
     const bool h_valid = variant == 2;  // reuse the forward's h (still in hbuf)
     auto dr = poisoned(ntok * es), dk = poisoned(ntok * es), dv = poisoned(ntok * es), dw = poisoned(ntok * es);
     auto du = poisoned(d.H * d.D * 4), dh0 = poisoned(d.state_numel() * 4);
-    auto dh = poisoned(d.states_numel() * 4), dup = poisoned(d.du_part_numel() * 4);
+    auto dh = poisoned(d.trajectory_numel() * 4), dup = poisoned(du_part_numel(d) * 4);
     lt::alloc::Buffer dqt, dkt;
     if (impl == BwdImpl::fallback) dqt = poisoned(ntok * 4), dkt = poisoned(ntok * 4);
     FusedArgs b = a;
-    if (!h_valid) LT_CUDA_CHECK(cudaMemset(hbuf.data(), 0xFF, d.states_numel() * 4));
+    if (!h_valid) LT_CUDA_CHECK(cudaMemset(hbuf.data(), 0xFF, d.trajectory_numel() * 4));
     b.dr = dr.data(), b.dk = dk.data(), b.dv = dv.data(), b.dw = dw.data();
     b.du = du.as<float>(), b.dh0 = dh0.as<float>(), b.dh = dh.as<float>(), b.du_part = dup.as<float>();
     b.dq_tmp = impl == BwdImpl::fallback ? dqt.as<float>() : nullptr;

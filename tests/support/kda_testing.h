@@ -31,18 +31,18 @@ struct Case {
   bool dht = false;
   Gate gate;
   DType dtype = DType::f32;
-  bool simt = false;  // fused path: the fp32 CUDA-core variant of the scan kernels
-  int split = 0;      // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
-  int lean = 0;       // fused path: FusedArgs::lean_scan (1 full, 2 lean; 0 = default)
+  bool simt = false;               // fused path: the fp32 CUDA-core variant of the scan kernels
+  int split = 0;                   // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
+  LeanScan lean = LeanScan::pick;  // fused path: FusedArgs::lean_scan
   std::string name() const {
     char buf[160];
     std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s%s%s", (long long)dims.B, (long long)dims.T,
                   (long long)dims.H, dims.D, dims.C, dtype_name(dtype), h0 ? " h0" : "", dht ? " dht" : "",
                   gate.use_lower_bound ? " lb" : "", simt ? " simt" : "",
                   split > 0 ? (" nv" + std::to_string(split)).c_str() : "",
-                  lean == 1   ? " full"
-                  : lean == 2 ? " lean"
-                              : "");
+                  lean == LeanScan::full   ? " full"
+                  : lean == LeanScan::lean ? " lean"
+                                           : "");
     return buf;
   }
 };

@@ -15,13 +15,13 @@ void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws) {
                     [&]<int D, int C, class T, bool kTC>() { twin::forward<D, C, T, kTC>(a, ws); });
 }
 
-void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, BackwardPart part) {
+void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, BackwardLaunches part) {
   check_fused_args(args, part);
   check_workspace(ws, part);
   check_compiled(args);
-  FusedArgs a = args;  // lean_scan resolved: 0 is 1 on the CPU, and a split scan is lean
-  if (a.scan_split > 1) a.lean_scan = 2;
-  else if (a.lean_scan == 0) a.lean_scan = 1;
+  FusedArgs a = args;  // lean_scan resolved: pick is full on the CPU, and a split scan is lean
+  if (a.scan_split > 1) a.lean_scan = LeanScan::lean;
+  else if (a.lean_scan == LeanScan::pick) a.lean_scan = LeanScan::full;
   dispatch_instance(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores,
                     [&]<int D, int C, class T, bool kTC>() { twin::backward<D, C, T, kTC>(a, ws, part); });
 }

@@ -9,8 +9,8 @@ namespace lt::kda::twin {
 template <int D, int C, class T, bool kTC>
 void forward(const FusedArgs& a, const ForwardWorkspace& ws);
 template <int D, int C, class T, bool kTC>
-void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part);
-// The backward's last launch (its own units; `a` as resolved by the backward: lean_scan 1 or 2).
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaunches part);
+// The backward's last launch (its own units; `a` as resolved by the backward: lean_scan full or lean).
 template <int D, int C, class T, bool kTC>
 void intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws);
 

@@ -16,13 +16,13 @@ using emu::emulate_cluster_grid;
 using emu::emulate_grid;
 
 template <class G, class T, bool kTC>
-void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
+void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaunches part) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  if (part != BackwardPart::adjoints)
+  if (part != BackwardLaunches::adjoints)
     emulate_grid(NT * BH, G::NTHR, G::kAqkFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
       blocks::aqk_dO_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
     });
-  if (part == BackwardPart::aqk_dO) return;
+  if (part == BackwardLaunches::aqk_dO) return;
   auto split = [&]<int NV>() {
     using SC = blocks::SplitCfg<G, NV>;
     emulate_cluster_grid(BH, NV, SC::NTHR, SC::kFloats, [&](EmuBlock& blk, int64_t g, int rank, float* sm) {
@@ -31,7 +31,7 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
   };
   if (a.scan_split == 4) split.template operator()<4>();
   else if (a.scan_split == 2) split.template operator()<2>();
-  else if (a.lean_scan == 2)
+  else if (a.lean_scan == LeanScan::lean)
     emulate_grid(BH, G::NTHR_A, G::kAdjFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
       blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, g, sm);
     });
@@ -45,7 +45,7 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart
 }  // namespace
 
 template <int D, int C, class T, bool kTC>
-void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardPart part) {
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaunches part) {
   backward_impl<blocks::Cfg<D, C>, T, kTC>(a, ws, part);
 }
 

@@ -16,7 +16,7 @@ void intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws) {
   emu::emulate_grid(NT * BH, GA::NTHR, GA::kIntraAdjFloats, [&](emu::EmuBlock& blk, int64_t g, float* sm) {
     int64_t bh, n;
     blocks::intra_adjoint_chunk(g, NT, BH, bh, n);
-    if (a.lean_scan == 2) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, bh, n, sm);
+    if (a.lean_scan == LeanScan::lean) blocks::intra_adjoint_program<GA, T, kTC, true>(a, ws, blk, bh, n, sm);
     else blocks::intra_adjoint_program<GA, T, kTC, false>(a, ws, blk, bh, n, sm);
   });
 }

@@ -68,7 +68,7 @@ void launch_inter_adjoint_split(const FusedArgs& a, const BackwardWorkspace& ws,
 }
 
 template <class G, class T, bool kTC>
-void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
+void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStream_t s, BackwardLaunches part) {
   const int64_t NT = args.dims.NT(), BH = args.dims.B * args.dims.H;
   const int nv = scan_split(args);
   FusedArgs a = args;
@@ -77,11 +77,11 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   auto* kda_bwd_aqk_dO = &kda_aqk_dO_kernel<G, T, kTC>;
   // the scan's form is compiled into the two adjoint programs (a runtime branch slows the full
   // form: docs/notes-kda.md, "2026-12-02: three products off the backward scan")
-  const bool lean = a.lean_scan == 2;
+  const bool lean = a.lean_scan == LeanScan::lean;
   auto* kda_bwd_inter_adjoint_full = &kda_inter_adjoint_kernel<G, T, kTC, false>;
   auto* kda_bwd_inter_adjoint_lean = &kda_inter_adjoint_kernel<G, T, kTC, true>;
   auto* kda_bwd_inter_adjoint = lean ? kda_bwd_inter_adjoint_lean : kda_bwd_inter_adjoint_full;
-  const size_t smem_aq = (a.lean_scan == 2 ? G::kAqkFloats : G::kAqkFloatsFull) * sizeof(float);
+  const size_t smem_aq = (a.lean_scan == LeanScan::lean ? G::kAqkFloats : G::kAqkFloatsFull) * sizeof(float);
   const size_t smem_aq_max = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
   static const bool once = [&] {
@@ -91,11 +91,11 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
     return true;
   }();
   (void)once;
-  if (part != BackwardPart::adjoints) {
+  if (part != BackwardLaunches::adjoints) {
     StageScope st("aqk_dO");
     LT_LAUNCH(kda_bwd_aqk_dO, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_aq, s, a, ws);
   }
-  if (part == BackwardPart::aqk_dO) return;
+  if (part == BackwardLaunches::aqk_dO) return;
   {
     StageScope st("inter_adjoint");
     if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
@@ -111,7 +111,7 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
 }  // namespace
 
 template <int D, int C, class T, bool kTC>
-void backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part) {
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardLaunches part) {
   launch_backward<blocks::Cfg<D, C>, T, kTC>(a, ws, s, part);
 }
 

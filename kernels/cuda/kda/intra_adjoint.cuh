@@ -34,7 +34,7 @@ void launch_intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws, cudaS
   // the scan's form is compiled in, as in the inter adjoint (launch_backward)
   auto* kda_bwd_intra_adjoint_full = &kda_intra_adjoint_kernel<GA, T, kTC, false>;
   auto* kda_bwd_intra_adjoint_lean = &kda_intra_adjoint_kernel<GA, T, kTC, true>;
-  auto* kda_bwd_intra_adjoint = a.lean_scan == 2 ? kda_bwd_intra_adjoint_lean : kda_bwd_intra_adjoint_full;
+  auto* kda_bwd_intra_adjoint = a.lean_scan == LeanScan::lean ? kda_bwd_intra_adjoint_lean : kda_bwd_intra_adjoint_full;
   const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_bwd_intra_adjoint_full, smem_ia);

@@ -15,14 +15,14 @@ namespace lt::kda::cuda_launch {
 template <int D, int C, class T, bool kTC>
 void forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s);
 template <int D, int C, class T, bool kTC>
-void backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardPart part);
-// The backward's last launch (in its own unit; `a` as resolved by the backward: lean_scan 1 or 2).
+void backward(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s, BackwardLaunches part);
+// The backward's last launch (in its own unit; `a` as resolved by the backward: lean_scan full or lean).
 template <int D, int C, class T, bool kTC>
 void launch_intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s);
 
-// The split of the inter adjoint (1, 2 or 4) and the scan's form (FusedArgs::lean_scan, 1 or 2)
+// The split of the inter adjoint (1, 2 or 4) and the scan's form (FusedArgs::lean_scan, full or lean)
 // that a backward launches with (kernels/cuda/kda.cu).
 int scan_split(const FusedArgs& a);
-int lean_scan(const FusedArgs& a, int nv);
+LeanScan lean_scan(const FusedArgs& a, int nv);
 
 }  // namespace lt::kda::cuda_launch

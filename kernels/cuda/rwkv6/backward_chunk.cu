@@ -23,10 +23,10 @@ constexpr int bwd_smem_floats() {
   return 6 * ChunkSmem::tile(C) + 2 * ChunkSmem::state() + ChunkSmem::cc(C) + ChunkSmem::vecs(C);
 }
 
-template <class Tin, int C, BackwardPart kPart>
+template <class Tin, int C, ChunkBwdTerms kPart>
 __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
   ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
-  constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
+  constexpr bool kIntra = kPart != ChunkBwdTerms::inter, kInter = kPart != ChunkBwdTerms::intra;
   constexpr int TM = C / 16, NB = C / kBC, LDC = C + 1;
   extern __shared__ float smem[];
   float* t0 = smem;                       // dO | q        (own tile at the end)
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
       }
     }
   }
-  if constexpr (kPart == BackwardPart::intra) {
+  if constexpr (kPart == ChunkBwdTerms::intra) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int rr = ty + 16 * i;
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) rwkv6_bwd_chunk(const FusedArgs a) {
     }
     return;
   }
-  if constexpr (kPart == BackwardPart::inter) {
+  if constexpr (kPart == ChunkBwdTerms::inter) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int rr = ty + 16 * i;
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(256) rwkv6_du_reduce(const FusedArgs a) {
   ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
   __shared__ float part[8][33];
   const int64_t H = a.dims.H, D = a.dims.D;
-  const int64_t BN = a.dims.B * ((a.dims.T + a.dims.chunk - 1) / a.dims.chunk);
+  const int64_t BN = a.dims.B * ((a.dims.T + a.dims.C - 1) / a.dims.C);
   const int64_t h = blockIdx.x;
   const int cl = threadIdx.x & 31, grp = threadIdx.x >> 5;
   const int64_t c = blockIdx.y * 32 + cl;
@@ -453,13 +453,13 @@ __global__ void __launch_bounds__(256) rwkv6_du_reduce(const FusedArgs a) {
 
 }  // namespace
 
-template <class T, int C, BackwardPart kPart>
+template <class T, int C, ChunkBwdTerms kPart>
 void launch_bwd_chunk(const FusedArgs& a, cudaStream_t stream) {
   const size_t smem = bwd_smem_floats<C>() * sizeof(float);
   auto kernel = rwkv6_bwd_chunk<T, C, kPart>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
-  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
+  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.NT()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
   LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
@@ -469,23 +469,23 @@ void launch_du_reduce(const FusedArgs& a, cudaStream_t stream) {
                 stream, a);
 }
 
-template void launch_bwd_chunk<float, 16, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 16, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 16, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 32, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 32, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 32, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 64, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 64, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<float, 64, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 16, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 16, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 16, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 32, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 32, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 32, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 64, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 64, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk<bfloat16, 64, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 16, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 16, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 16, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 32, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 32, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 32, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 64, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 64, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<float, 64, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 16, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 16, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 16, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 32, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 32, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 32, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 64, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 64, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk<bfloat16, 64, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
 
 }  // namespace lt::rwkv6

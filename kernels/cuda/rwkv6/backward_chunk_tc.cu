@@ -97,10 +97,10 @@ struct BwdLayout {
   static_assert(C * S::LDP * 2 <= S::TOK_BYTES, "A fits over kd");
 };
 
-template <int C, BackwardPart kPart>
+template <int C, ChunkBwdTerms kPart>
 __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) {
   ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
-  constexpr bool kIntra = kPart != BackwardPart::inter, kInter = kPart != BackwardPart::intra;
+  constexpr bool kIntra = kPart != ChunkBwdTerms::inter, kInter = kPart != ChunkBwdTerms::intra;
   using S = Shape<C>;
   using Lay = BwdLayout<C>;
   constexpr int NB = S::NB;
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
         sx[r * kLDX + c] = bf2f(qt_s[r * kLDB + c]) * Dq + bf2f(q_s[r * kLDB + c]) * fbq;
         sy[r * kLDX + c] = bf2f(kt_s[r * kLDB + c]) * Dk + bf2f(k_s[r * kLDB + c]) * fbk;
       }
-    if constexpr (kPart == BackwardPart::intra) {
+    if constexpr (kPart == ChunkBwdTerms::intra) {
 #pragma unroll
       for (int nt = 0; nt < S::NT8; ++nt)
 #pragma unroll
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
       return;
     }
   }
-  if constexpr (kPart == BackwardPart::inter) {
+  if constexpr (kPart == ChunkBwdTerms::inter) {
 #pragma unroll
     for (int nt = 0; nt < S::NT8; ++nt)
 #pragma unroll
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
     // ---- glue: dq' = scale (dO h^T) e^Ge + dq'_intra, dk' = (V dh^T) e^{g - Gi} + dk'_intra,
     // u terms; x += q dq'_inter, y += k dk'_inter (dw); column sums of z = k (V dh^T) e^{g-Gi}
     // (dgamma) and p = pd q k (du).
-    if constexpr (kPart == BackwardPart::inter) __syncthreads();  // phase-3 MMA reads done before x, y writes
+    if constexpr (kPart == ChunkBwdTerms::inter) __syncthreads();  // phase-3 MMA reads done before x, y writes
     bf16* dqp = static_cast<bf16*>(a.dr) + base + own + col0;
     bf16* dkp = static_cast<bf16*>(a.dk) + base + own + col0;
     float zc[S::NT8][2] = {}, pc[S::NT8][2] = {};
@@ -507,29 +507,29 @@ __global__ void __launch_bounds__(256, 2) rwkv6_bwd_chunk_tc(const FusedArgs a) 
       a.du_part[((b * NT + n) * H + h) * D + own + tid] = ptot;
     }
     __syncthreads();
-    dw_scan_store<C, kPart == BackwardPart::inter>(a, sx, sy, zp_s, base, own, L, n, b, h);
+    dw_scan_store<C, kPart == ChunkBwdTerms::inter>(a, sx, sy, zp_s, base, own, L, n, b, h);
   }
 }
 
 }  // namespace tck
 }  // namespace
 
-template <int C, BackwardPart kPart>
+template <int C, ChunkBwdTerms kPart>
 void launch_bwd_chunk_tc(const FusedArgs& a, cudaStream_t stream) {
   const size_t smem = tck::BwdLayout<C>::bytes;
   auto kernel = tck::rwkv6_bwd_chunk_tc<C, kPart>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
-  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
+  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.NT()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
   LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
 
-template void launch_bwd_chunk_tc<32, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk_tc<32, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk_tc<32, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk_tc<64, BackwardPart::all>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk_tc<64, BackwardPart::intra>(const FusedArgs&, cudaStream_t);
-template void launch_bwd_chunk_tc<64, BackwardPart::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<32, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<32, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<32, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<64, ChunkBwdTerms::all>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<64, ChunkBwdTerms::intra>(const FusedArgs&, cudaStream_t);
+template void launch_bwd_chunk_tc<64, ChunkBwdTerms::inter>(const FusedArgs&, cudaStream_t);
 
 }  // namespace lt::rwkv6

@@ -36,9 +36,9 @@ template <class T, int C>
 void launch_fwd_output(const FusedArgs& a, cudaStream_t stream);  // rwkv6_fwd_output
 template <int C>
 void launch_fwd_output_tc(const FusedArgs& a, cudaStream_t stream);  // rwkv6_fwd_output_tc
-template <class T, int C, BackwardPart kPart>
+template <class T, int C, ChunkBwdTerms kPart>
 void launch_bwd_chunk(const FusedArgs& a, cudaStream_t stream);  // rwkv6_bwd_chunk
-template <int C, BackwardPart kPart>
+template <int C, ChunkBwdTerms kPart>
 void launch_bwd_chunk_tc(const FusedArgs& a, cudaStream_t stream);  // rwkv6_bwd_chunk_tc
 void launch_du_reduce(const FusedArgs& a, cudaStream_t stream);     // rwkv6_du_reduce
 

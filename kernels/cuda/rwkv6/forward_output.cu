@@ -310,7 +310,7 @@ void launch_fwd_output(const FusedArgs& a, cudaStream_t stream) {
   auto kernel = rwkv6_fwd_output<T, C>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
-  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
+  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.NT()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
   LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }
@@ -321,7 +321,7 @@ void launch_fwd_output_tc(const FusedArgs& a, cudaStream_t stream) {
   auto kernel = tck::rwkv6_fwd_output_tc<C>;
   static size_t smem_set = 0;
   set_smem(kernel, smem, smem_set);
-  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.num_chunks()),
+  dim3 grid(static_cast<unsigned>(a.dims.D / kW), static_cast<unsigned>(a.dims.NT()),
             static_cast<unsigned>(a.dims.B * a.dims.H));
   LT_LAUNCH_PDL(kernel, grid, kThreads, smem, stream, a);
 }

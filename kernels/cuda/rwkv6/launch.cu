@@ -48,7 +48,7 @@ struct SimtKernels {
     else launch_scan<T, C, 64>(a, nz, z_offset, stream);
   }
   static void output(const FusedArgs& a, cudaStream_t stream) { launch_fwd_output<T, C>(a, stream); }
-  template <BackwardPart kPart>
+  template <ChunkBwdTerms kPart>
   static void chunk(const FusedArgs& a, cudaStream_t stream) {
     launch_bwd_chunk<T, C, kPart>(a, stream);
   }
@@ -59,7 +59,7 @@ struct TensorCoreKernels {
     launch_scan_tc<C>(a, nz, z_offset, stream);
   }
   static void output(const FusedArgs& a, cudaStream_t stream) { launch_fwd_output_tc<C>(a, stream); }
-  template <BackwardPart kPart>
+  template <ChunkBwdTerms kPart>
   static void chunk(const FusedArgs& a, cudaStream_t stream) {
     launch_bwd_chunk_tc<C, kPart>(a, stream);
   }
@@ -85,14 +85,14 @@ void backward_seq(const FusedArgs& a0, BwdImpl impl, bool h_is_valid, cudaStream
   }
   if (impl == BwdImpl::fused) {
     StageScope s("chunk_fused");
-    K::template chunk<BackwardPart::all>(a, stream);
+    K::template chunk<ChunkBwdTerms::all>(a, stream);
   } else {
     {
       StageScope s("chunk_intra");
-      K::template chunk<BackwardPart::intra>(a, stream);
+      K::template chunk<ChunkBwdTerms::intra>(a, stream);
     }
     StageScope s("chunk_inter");
-    K::template chunk<BackwardPart::inter>(a, stream);
+    K::template chunk<ChunkBwdTerms::inter>(a, stream);
   }
   StageScope s("du_reduce");
   launch_du_reduce(a, stream);
@@ -112,7 +112,7 @@ bool simt_forced() {
 
 template <class T>
 void forward_dispatch(const FusedArgs& a, cudaStream_t s) {
-  switch (a.dims.chunk) {
+  switch (a.dims.C) {
     case 16: return forward_seq<SimtKernels<T, 16>>(a, s);
     case 32: return forward_seq<SimtKernels<T, 32>>(a, s);
     default: return forward_seq<SimtKernels<T, 64>>(a, s);
@@ -120,7 +120,7 @@ void forward_dispatch(const FusedArgs& a, cudaStream_t s) {
 }
 template <class T>
 void backward_dispatch(const FusedArgs& a, BwdImpl impl, bool hv, cudaStream_t s) {
-  switch (a.dims.chunk) {
+  switch (a.dims.C) {
     case 16: return backward_seq<SimtKernels<T, 16>>(a, impl, hv, s);
     case 32: return backward_seq<SimtKernels<T, 32>>(a, impl, hv, s);
     default: return backward_seq<SimtKernels<T, 64>>(a, impl, hv, s);
@@ -129,23 +129,25 @@ void backward_dispatch(const FusedArgs& a, BwdImpl impl, bool hv, cudaStream_t s
 
 }  // namespace
 
-size_t cuda_scratch_bytes_forward(const Dims& d) { return static_cast<size_t>(d.states_numel()) * sizeof(float); }
+size_t cuda_scratch_bytes_forward(const Dims& d) { return static_cast<size_t>(d.trajectory_numel()) * sizeof(float); }
 
 size_t cuda_scratch_bytes_backward(const Dims& d, BwdImpl impl) {
-  size_t bytes = 2 * static_cast<size_t>(d.states_numel()) * sizeof(float) +
-                 static_cast<size_t>(d.du_part_numel()) * sizeof(float);
-  if (impl == BwdImpl::fallback) bytes += 2 * static_cast<size_t>(d.tokens_numel()) * sizeof(float);
+  size_t bytes = 2 * static_cast<size_t>(d.trajectory_numel()) * sizeof(float) +
+                 static_cast<size_t>(du_part_numel(d)) * sizeof(float);
+  if (impl == BwdImpl::fallback) bytes += 2 * static_cast<size_t>(d.token_numel()) * sizeof(float);
   return bytes;
 }
 
-void cuda_check_args(const FusedArgs& a, bool backward, BwdImpl impl) {
+namespace {
+
+void check_args(const FusedArgs& a, bool backward, BwdImpl impl) {
   const Dims& d = a.dims;
   auto fail = [](const std::string& why) { throw std::invalid_argument("rwkv6 cuda: " + why); };
   if (d.B < 1 || d.T < 1 || d.H < 1) fail("B, T, H must be >= 1");
   if (d.D < 64 || d.D % 64 != 0) fail("D must be a multiple of 64, got " + std::to_string(d.D));
-  if (d.chunk != 16 && d.chunk != 32 && d.chunk != 64) fail("chunk must be 16, 32 or 64");
+  if (d.C != 16 && d.C != 32 && d.C != 64) fail("chunk must be 16, 32 or 64");
   if (a.dtype != DType::f32 && a.dtype != DType::bf16) fail("dtype must be f32 or bf16");
-  if (d.B * d.H > 65535 || d.num_chunks() > 65535) fail("B*H and T/chunk must be <= 65535");
+  if (d.B * d.H > 65535 || d.NT() > 65535) fail("B*H and T/chunk must be <= 65535");
   if (!a.r || !a.k || !a.v || !a.w || !a.u || !a.h) fail("r, k, v, w, u and the state scratch h are required");
   if (!backward && !a.o) fail("o is required");
   if (backward) {
@@ -155,25 +157,39 @@ void cuda_check_args(const FusedArgs& a, bool backward, BwdImpl impl) {
   }
 }
 
-bool cuda_uses_tensor_cores(const Dims& d, DType dtype) {
-  return dtype == DType::bf16 && (d.chunk == 32 || d.chunk == 64) && !simt_forced();
+// The kernels read FusedArgs::scale as it is: 0 (D^-1/2) is resolved here, on the host.
+FusedArgs with_scale_resolved(const FusedArgs& a) {
+  FusedArgs r = a;
+  r.scale = mixer::resolved_scale(a.scale, a.dims.D);
+  return r;
 }
 
-void cuda_forward(const FusedArgs& a, void* stream) {
-  cuda_check_args(a, false, BwdImpl::fused);
+}  // namespace
+
+void check_fused_args(const FusedArgs& a) { check_args(a, false, BwdImpl::fused); }
+void check_fused_args(const FusedArgs& a, BwdImpl impl) { check_args(a, true, impl); }
+
+bool cuda_uses_tensor_cores(const Dims& d, DType dtype) {
+  return dtype == DType::bf16 && (d.C == 32 || d.C == 64) && !simt_forced();
+}
+
+void cuda_forward(const FusedArgs& args, void* stream) {
+  check_fused_args(args);
+  const FusedArgs a = with_scale_resolved(args);
   auto s = static_cast<cudaStream_t>(stream);
   if (cuda_uses_tensor_cores(a.dims, a.dtype)) {
-    if (a.dims.chunk == 64) forward_seq<TensorCoreKernels<64>>(a, s);
+    if (a.dims.C == 64) forward_seq<TensorCoreKernels<64>>(a, s);
     else forward_seq<TensorCoreKernels<32>>(a, s);
   } else if (a.dtype == DType::bf16) forward_dispatch<bfloat16>(a, s);
   else forward_dispatch<float>(a, s);
 }
 
-void cuda_backward(const FusedArgs& a, BwdImpl impl, bool h_is_valid, void* stream) {
-  cuda_check_args(a, true, impl);
+void cuda_backward(const FusedArgs& args, BwdImpl impl, bool h_is_valid, void* stream) {
+  check_fused_args(args, impl);
+  const FusedArgs a = with_scale_resolved(args);
   auto s = static_cast<cudaStream_t>(stream);
   if (cuda_uses_tensor_cores(a.dims, a.dtype)) {
-    if (a.dims.chunk == 64) backward_seq<TensorCoreKernels<64>>(a, impl, h_is_valid, s);
+    if (a.dims.C == 64) backward_seq<TensorCoreKernels<64>>(a, impl, h_is_valid, s);
     else backward_seq<TensorCoreKernels<32>>(a, impl, h_is_valid, s);
   } else if (a.dtype == DType::bf16) backward_dispatch<bfloat16>(a, impl, h_is_valid, s);
   else backward_dispatch<float>(a, impl, h_is_valid, s);

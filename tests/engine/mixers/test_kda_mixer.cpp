@@ -101,23 +101,23 @@ TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one
 
 TEST_CASE("KDA scan form pick: a split scan is lean, and lean gives way to full as B*H grows", "[kda]") {
   // The bounds (kernels/kda.h lean_scan_pick) are a measurement; what holds for every entry:
-  // the form is 1 or 2, a split scan is always lean, and for a fixed SM count, head dim and
+  // the form is full or lean, a split scan is always lean, and for a fixed SM count, head dim and
   // dtype there is one boundary (lean below it, full above), with lean on at least one SM's
   // worth of heads (B*H = 1) and full once every SM has a head.
   for (DType dt : {DType::f32, DType::bf16})
     for (int D : {64, 128})
       for (int sms : {8, 78, 132, 144}) {
         INFO("D " << D << " " << dtype_name(dt) << " sms " << sms);
-        CHECK(lean_scan_pick(1, sms, 1, D, dt) == 2);
-        CHECK(lean_scan_pick(sms, sms, 1, D, dt) == 1);
-        int prev = 2;
+        CHECK(lean_scan_pick(1, sms, 1, D, dt) == LeanScan::lean);
+        CHECK(lean_scan_pick(sms, sms, 1, D, dt) == LeanScan::full);
+        LeanScan prev = LeanScan::lean;
         for (int64_t bh = 1; bh <= 4 * sms; ++bh) {
-          const int form = lean_scan_pick(bh, sms, 1, D, dt);
-          CHECK((form == 1 || form == 2));
-          CHECK(form <= prev);
+          const LeanScan form = lean_scan_pick(bh, sms, 1, D, dt);
+          CHECK((form == LeanScan::full || form == LeanScan::lean));
+          CHECK((form == prev || prev == LeanScan::lean));  // lean, then full: one boundary
           prev = form;
-          CHECK(lean_scan_pick(bh, sms, 2, D, dt) == 2);
-          CHECK(lean_scan_pick(bh, sms, 4, D, dt) == 2);
+          CHECK(lean_scan_pick(bh, sms, 2, D, dt) == LeanScan::lean);
+          CHECK(lean_scan_pick(bh, sms, 4, D, dt) == LeanScan::lean);
         }
       }
 }

@@ -71,7 +71,7 @@ TEST_CASE("rwkv6 mixer ops path (f64, CPU) matches the naive recurrence", "[rwkv
     Grads ref = naive_reference(p);
     TensorInputs in(p, lt::DType::f64);
     Rwkv6Config cfg;
-    cfg.chunk = static_cast<int>(c.d.chunk);
+    cfg.chunk = static_cast<int>(c.d.C);
     cfg.scale = p.scale;
     cfg.path = Rwkv6Path::ops;
     cfg.output_final_state = true;
@@ -86,7 +86,7 @@ TEST_CASE("rwkv6 mixer ops path (f64, CPU) matches the naive recurrence", "[rwkv
     std::printf(
         "rwkv6 mixer ops f64 T%lld D%lld C%lld: o %.1e ht %.1e dr %.1e dk %.1e dv %.1e dw %.1e du %.1e "
         "dh0 %.1e\n",
-        (long long)c.d.T, (long long)c.d.D, (long long)c.d.chunk, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+        (long long)c.d.T, (long long)c.d.D, (long long)c.d.C, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
     for (double x : e) CHECK(x < 1e-12);
   }
 }
@@ -138,7 +138,7 @@ TEST_CASE("rwkv6 mixer on the CPU: naive, fused twins (both backwards) and ops a
   for (const Run& run : {Run{Rwkv6Path::naive, BwdImpl::fused}, Run{Rwkv6Path::fused, BwdImpl::fused},
                          Run{Rwkv6Path::fused, BwdImpl::fallback}, Run{Rwkv6Path::ops, BwdImpl::fused}}) {
     Rwkv6Config cfg;
-    cfg.chunk = static_cast<int>(d.chunk);
+    cfg.chunk = static_cast<int>(d.C);
     cfg.path = run.path;
     cfg.backward = run.backward;
     cfg.output_final_state = true;

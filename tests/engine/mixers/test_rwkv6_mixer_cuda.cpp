@@ -73,7 +73,7 @@ TEST_CASE("rwkv6 mixer on CUDA: ops, fused with each backward vs naive and vs ea
     const std::vector<double>* refs[8] = {&ref.o, &ref.ht, &ref.dr, &ref.dk, &ref.dv, &ref.dw, &ref.du, &ref.dh0};
     DevInputs in(p, c.dt);
     Rwkv6Config cfg;
-    cfg.chunk = static_cast<int>(c.d.chunk);
+    cfg.chunk = static_cast<int>(c.d.C);
     cfg.scale = p.scale;
     cfg.path = Rwkv6Path::ops;
     const Result ops = run_api(in, cfg);
@@ -92,7 +92,7 @@ TEST_CASE("rwkv6 mixer on CUDA: ops, fused with each backward vs naive and vs ea
         worst_vs_ops = std::max(worst_vs_ops, rel_err_l2(res.x[i], ops.x[i]));
       }
       std::printf("rwkv6 mixer cuda %s D%lld C%lld %-6s backward %-8s worst vs naive %.2e, vs ops path %.2e\n",
-                  bf ? "bf16" : "fp32", (long long)c.d.D, (long long)c.d.chunk, lt::mixers::rwkv6_path_name(run.path),
+                  bf ? "bf16" : "fp32", (long long)c.d.D, (long long)c.d.C, lt::mixers::rwkv6_path_name(run.path),
                   bwd_impl_name(run.backward), worst, worst_vs_ops);
       CHECK(worst < (bf ? 1e-2 : 1e-5));
       CHECK(worst_vs_ops < (bf ? 1e-2 : 1e-5));
@@ -118,7 +118,7 @@ TEST_CASE("rwkv6 mixer on CUDA: the fused backward's peak allocation is below th
     int64_t peak[2] = {0, 0};
     for (int variant = 0; variant < 2; ++variant) {
       Rwkv6Config cfg;
-      cfg.chunk = static_cast<int>(d.chunk);
+      cfg.chunk = static_cast<int>(d.C);
       cfg.path = Rwkv6Path::fused;
       cfg.backward = variant == 0 ? BwdImpl::fused : BwdImpl::fallback;
       auto out = lt::mixers::rwkv6_forward(in.inputs(), cfg);
@@ -131,11 +131,11 @@ TEST_CASE("rwkv6 mixer on CUDA: the fused backward's peak allocation is below th
         peak[variant] = A.stats().allocated_bytes.peak - base;
       }
     }
-    const int64_t two = 2 * d.tokens_numel() * 4;
+    const int64_t two = 2 * d.token_numel() * 4;
     std::printf(
         "rwkv6 mixer alloc %s B%lld T%lld H%lld D%lld C%lld: backward extra peak fused %lld B, fallback %lld B, "
         "difference %lld B (two fp32 [B,T,H,D] = %lld B)\n",
-        lt::dtype_name(ac.dt), (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.chunk,
+        lt::dtype_name(ac.dt), (long long)d.B, (long long)d.T, (long long)d.H, (long long)d.D, (long long)d.C,
         (long long)peak[0], (long long)peak[1], (long long)(peak[1] - peak[0]), (long long)two);
     CHECK(peak[1] - peak[0] >= two);
   }
