@@ -151,7 +151,9 @@ TEST_CASE("trainer --nproc 2: a rank killed with SIGKILL ends the job, names the
   CHECK(rc == 1);
   CHECK(seconds < 15.0);  // bounded: the lost connection ends rank 0 at once
   CHECK_THAT(err, Catch::Contains("rank 1 was killed by signal 9"));
-  CHECK_THAT(err, Catch::Contains("lost contact with rank 1"));
+  // Rank 0 learns of it from whichever sees the closed connection first: the liveness watcher
+  // ("lost contact with rank 1") or the step's collective ("rank 1 closed its connection").
+  CHECK_THAT(err, Catch::Contains("lost contact with rank 1") || Catch::Contains("rank 1 closed its connection"));
   // The newest complete checkpoint verifies and a resume (here with one process) starts from it.
   auto latest = lt::train::checkpoint_find_latest(out);
   REQUIRE(latest.has_value());
