@@ -8,17 +8,6 @@
 #include "engine/model/decode.h"
 
 namespace lt::model {
-namespace {
-
-// Host ids -> a [B, T] i32 tensor on `device`.
-Tensor to_device_i32(const std::vector<int32_t>& v, int64_t B, int64_t T, Device device) {
-  Tensor host = Tensor::empty({B, T}, DType::i32, Device::cpu());
-  std::memcpy(host.data<int32_t>(), v.data(), v.size() * sizeof(int32_t));
-  return host.to(device);
-}
-
-}  // namespace
-
 int32_t sample_next(const std::vector<double>& logits, double temperature, int64_t top_k, std::mt19937_64& rng) {
   if (temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> idx(logits.size());
@@ -46,9 +35,14 @@ std::vector<int32_t> sample_tokens(Model& m, const std::vector<int32_t>& prompt,
   if (n <= 0) return out;
   // Recurrent decoding: the prompt once through the state, then one O(1) step per token.
   model::DecodeState state(m, 1);
-  Tensor next_logits = model::prefill(m, state, to_device_i32(seq, 1, static_cast<int64_t>(seq.size()), m.device()));
+  Tensor next_logits =
+      model::prefill(m, state,
+                     Tensor::from_vector(std::vector<int64_t>(seq.begin(), seq.end()),
+                                         {1, static_cast<int64_t>(seq.size())}, DType::i32, m.device()));
   for (int64_t i = 0; i < n; ++i) {
-    if (i > 0) next_logits = model::decode_step(m, state, to_device_i32({seq.back()}, 1, 1, m.device()).view({1}));
+    if (i > 0)
+      next_logits = model::decode_step(
+          m, state, Tensor::from_vector(std::vector<int64_t>{seq.back()}, {1}, DType::i32, m.device()));
     const int32_t next = sample_next(next_logits.to_vector(), temperature, top_k, rng);
     seq.push_back(next);
     out.push_back(next);

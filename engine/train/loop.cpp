@@ -8,17 +8,6 @@
 #include "kernels/launch.h"
 
 namespace lt::train {
-namespace {
-
-// Host batch -> device tensors [B, T] i32.
-Tensor to_device_i32(const std::vector<int32_t>& v, int64_t B, int64_t T, Device device) {
-  Tensor host = Tensor::empty({B, T}, DType::i32, Device::cpu());
-  std::memcpy(host.data<int32_t>(), v.data(), v.size() * sizeof(int32_t));
-  return host.to(device);
-}
-
-}  // namespace
-
 Device resolve_device(const std::string& spec) {
   if (spec == "auto") return default_device();
   Device d;
@@ -60,8 +49,10 @@ EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches) {
   Tensor loss = Tensor::zeros({}, m.arenas().params.dtype(), dev);  // f32 (f64 in the fp64 mode)
   int64_t correct = 0;
   for (const auto& b : bs) {
-    Tensor tokens = to_device_i32(b.tokens, B, T, dev);
-    Tensor targets = to_device_i32(b.targets, B, T, dev);
+    Tensor tokens =
+        Tensor::from_vector(std::vector<int64_t>(b.tokens.begin(), b.tokens.end()), {B, T}, DType::i32, dev);
+    Tensor targets =
+        Tensor::from_vector(std::vector<int64_t>(b.targets.begin(), b.targets.end()), {B, T}, DType::i32, dev);
     Tensor flags = Tensor::full({B * T}, -1.0, DType::i32, dev);
     m.evaluate(tokens, targets, 1.0 / static_cast<double>(valid), loss, flags);
     for (double f : flags.to_vector()) correct += f > 0.5 ? 1 : 0;
