@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 
 def read_metrics(path):
@@ -35,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("metrics", nargs="+", help="metrics.jsonl file(s) written by the trainer")
     ap.add_argument("-o", "--out", help="output PNG (default: metrics.png beside the first file)")
+    ap.add_argument("--title", default="", help="a figure title: say date, GPU and command, e.g. --title '2026-12-05, H200: ...'")
     args = ap.parse_args()
     try:
         import matplotlib
@@ -72,6 +74,8 @@ def main():
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
+    if args.title:
+        fig.suptitle(textwrap.fill(args.title, 140), fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")

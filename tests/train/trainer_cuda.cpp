@@ -41,9 +41,9 @@ TEST_CASE("trainer cuda: a short night.json run trains, checkpoints and resumes"
   auto full = losses(out + "/metrics.jsonl");
   REQUIRE(full.size() == 20);
   for (double l : full) CHECK(std::isfinite(l));
-  // Random init over a 32000 vocabulary starts near ln(32000) = 10.37; 20 steps (lr raised to
-  // 3e-3 so a short run moves visibly) bring it down: the targets use 8192 of the tokens.
-  CHECK(full.front() > 9.0);
+  // Random init over the 8192-token vocabulary starts near ln(8192) = 9.01; 20 steps (lr raised
+  // to 3e-3 so a short run moves visibly) bring it toward ln 4096 = 8.32: targets are values.
+  CHECK(full.front() > 8.7);
   CHECK(full.back() < full.front() - 0.5);
   REQUIRE(fs::exists(out + "/step-00000010/manifest.json"));
   REQUIRE(fs::exists(out + "/step-00000020/manifest.json"));
