@@ -35,10 +35,13 @@ inline std::string trainer_binary() {
   return p.string();
 }
 
-// The source tree: $LINTRAIN_TEST_DATA/.. (set by CTest), else the first folder above the
-// test binary that holds configs/quick.json.
+// The source tree: $LINTRAIN_TEST_DATA/.. (set by CTest), else the working directory when it
+// holds configs/quick.json (a copied test binary run from the checkout's root), else the first
+// folder above the test binary that holds it.
 inline std::filesystem::path source_dir() {
   if (const char* root = std::getenv("LINTRAIN_TEST_DATA")) return std::filesystem::path(root).parent_path();
+  if (std::filesystem::exists(std::filesystem::current_path() / "configs" / "quick.json"))
+    return std::filesystem::current_path();
   for (auto p = std::filesystem::read_symlink("/proc/self/exe").parent_path(); p.has_relative_path();
        p = p.parent_path())
     if (std::filesystem::exists(p / "configs" / "quick.json")) return p;

@@ -29,10 +29,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // tests/engine/data/fixtures: under $LINTRAIN_TEST_DATA (CTest sets it to <source>/tests), else
-// in the first folder above the test binary that holds it.
+// under the working directory (the checkout's root), else in the first folder above the test
+// binary that holds it.
 fs::path fixtures() {
   const fs::path rel = fs::path("engine") / "data" / "fixtures";
   if (const char* root = std::getenv("LINTRAIN_TEST_DATA")) return fs::path(root) / rel;
+  if (fs::exists(fs::current_path() / "tests" / rel / "tokenizer.json")) return fs::current_path() / "tests" / rel;
   for (auto p = fs::read_symlink("/proc/self/exe").parent_path(); p.has_relative_path(); p = p.parent_path())
     if (fs::exists(p / "tests" / rel / "tokenizer.json")) return p / "tests" / rel;
   throw std::runtime_error("tests/engine/data/fixtures not found: set LINTRAIN_TEST_DATA to <source>/tests");
