@@ -193,7 +193,7 @@ TEST_CASE("decode: a CPU step's allocations and live bytes are the same at posit
           "[model][decode]") {
   // The CPU backend counts no kernel launches; the host caching allocator's counters show
   // the same: a step allocates the same tensors whatever the position, and the state does
-  // not grow. (The launch count itself: tests/engine/model/decode_cuda.cpp.)
+  // not grow. (The launch count itself: tests/engine/model/test_decode_cuda.cpp.)
   lt::alloc::CachingAllocator& host = lt::alloc::host_allocator();
   for (Arch arch : {Arch::kda, Arch::rwkv6}) {
     INFO(arch_name(arch));

@@ -1,4 +1,4 @@
-// Shared by the short-conv tests (test_short_conv.cpp, short_conv_cuda.cpp): the direct
+// Shared by the short-conv tests (test_short_conv.cpp, test_short_conv_cuda.cpp): the direct
 // double-precision formulas of engine/nn/short_conv.h.
 #pragma once
 #include <cmath>

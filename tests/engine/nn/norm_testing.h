@@ -1,4 +1,4 @@
-// Shared by the norm tests (test_norm.cpp, norm_cuda.cpp): the four norm forms behind one
+// Shared by the norm tests (test_norm.cpp, test_norm_cuda.cpp): the four norm forms behind one
 // interface, random inputs (never zeros), and the direct double-precision formulas.
 #pragma once
 #include <cmath>

@@ -11,7 +11,7 @@
 #include "engine/model/model.h"
 #include "engine/train/eval_text.h"
 #include "engine/train/loop.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::run_trainer;

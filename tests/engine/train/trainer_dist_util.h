@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace lt::traintest {
 

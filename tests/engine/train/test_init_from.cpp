@@ -9,7 +9,7 @@
 #include "engine/io/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/train/config.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;

@@ -14,7 +14,7 @@
 #include "engine/device.h"
 #include "engine/parallel/comm.h"
 #include "engine/train/checkpoint.h"
-#include "tests/train/trainer_dist_util.h"
+#include "tests/engine/train/trainer_dist_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "engine/train/config.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 using lt::train::ConfigError;
 using ojson = nlohmann::ordered_json;

@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 using lt::traintest::run_trainer;
 using lt::traintest::TempDir;

@@ -1,5 +1,5 @@
 // Philox4x32-10 and the random fills on the CPU (the CUDA half compares bit-for-bit in
-// engine_cuda.cpp).
+// test_engine_cuda.cpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>

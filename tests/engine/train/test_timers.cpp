@@ -19,7 +19,7 @@
 #include "engine/train/kernel_trace.h"
 #include "engine/train/timers.h"
 #include "kernels/launch.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 using namespace lt;
 using train::StageTimer;

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::run_trainer;

@@ -10,7 +10,7 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/train/loop.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;

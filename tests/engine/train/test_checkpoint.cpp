@@ -6,7 +6,7 @@
 
 #include "engine/ops.h"
 #include "engine/train/checkpoint.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 
 #include "engine/train/kernel_trace.h"
 #include "kernels/launch.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 using lt::traintest::read_text;
 using lt::traintest::run_trainer;

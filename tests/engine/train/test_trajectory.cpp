@@ -12,7 +12,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/config.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;

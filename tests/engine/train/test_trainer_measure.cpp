@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/launch.h"
-#include "tests/train/trainer_test_util.h"
+#include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
 using lt::traintest::read_text;
