@@ -11,6 +11,7 @@
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "kernels/half.h"
+#include "tests/engine/elementwise_cases.h"
 #include "tests/engine/engine_test_util.h"
 
 using namespace lt;
@@ -94,33 +95,41 @@ TEST_CASE("cuda: dtype conversions are bit-identical to the CPU", "[engine][cuda
   CHECK(same_bits(ints.to(kGpu).to(DType::i32), ints.to(DType::i32)));
 }
 
-TEST_CASE("cuda: elementwise ops match the CPU", "[engine][cuda]") {
+TEST_CASE("cuda: every elementwise op of the op lists matches the CPU", "[engine][cuda]") {
+  // Walks tests/engine/elementwise_cases.h (generated from kernels/op_lists.h): an op added to
+  // a list is compared here without a line of this test changing.
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
-    INFO(dtype_name(dt));
     Tensor a = test::random_tensor({4, 6, 5}, 10, dt).transpose(0, 2);  // [5, 6, 4] strided
     Tensor b = test::random_tensor({6, 1}, 11, dt);
-    bool exact = false;
-    // +, -, *, / are single IEEE operations on both sides: bit-identical
-    for (auto fn : {ops::add, ops::sub, ops::mul, ops::div}) {
-      CHECK(gpu_vs_cpu(
-                {a, b}, [&](const std::vector<Tensor>& x) { return fn(x[0], x[1]); }, &exact) == 0.0);
-      CHECK(exact);
-    }
     Tensor x = test::uniform_tensor({9, 7}, 12, -30, 30, dt);
     Tensor xp = test::uniform_tensor({9, 7}, 13, 0.01, 10, dt);
+    // libm functions on both sides: within a few ulps of the dtype
     const double ulp_tol = dt == DType::f64 ? 1e-15 : dt == DType::f32 ? 1e-6 : 8e-3;
-    using UF = Tensor (*)(const Tensor&);
-    for (UF fn : {static_cast<UF>(ops::neg), static_cast<UF>(ops::exp), static_cast<UF>(ops::sigmoid),
-                  static_cast<UF>(ops::softplus), static_cast<UF>(ops::silu), static_cast<UF>(ops::square),
-                  static_cast<UF>(ops::abs), static_cast<UF>(ops::relu), static_cast<UF>(ops::tanh)})
-      CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return fn(t[0]); }) <= ulp_tol);
-    for (UF fn : {static_cast<UF>(ops::log), static_cast<UF>(ops::sqrt), static_cast<UF>(ops::rsqrt)})
-      CHECK(gpu_vs_cpu({xp}, [&](const std::vector<Tensor>& t) { return fn(t[0]); }) <= ulp_tol);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::add_scalar(t[0], 0.3); }) == 0.0);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::mul_scalar(t[0], -1.7); }) == 0.0);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::rsub_scalar(t[0], 1.0); }) == 0.0);
-    CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::clamp(t[0], -2, 3); }) == 0.0);
-    CHECK(gpu_vs_cpu({xp}, [](const std::vector<Tensor>& t) { return ops::pow_scalar(t[0], 1.5); }) <= ulp_tol);
+    for (const auto& c : test::elementwise_cases()) {
+      const test::OpSpec* s = test::spec_of(c.name);
+      REQUIRE(s != nullptr);  // test_elementwise_cases.cpp names the missing row
+      INFO(c.name << " " << dtype_name(dt));
+      const std::vector<Tensor> in = c.arity == 2                          ? std::vector<Tensor>{a, b}
+                                     : s->domain == test::Domain::positive ? std::vector<Tensor>{xp}
+                                                                           : std::vector<Tensor>{x};
+      bool exact = false;
+      const double err = gpu_vs_cpu(
+          in, [&](const std::vector<Tensor>& t) { return c.run(t, *s); }, &exact);
+      if (s->agreement == test::Agreement::bitwise) {
+        CHECK(err == 0.0);  // one IEEE operation on both sides: bit-identical
+        CHECK(exact);
+      } else {
+        CHECK(err <= ulp_tol);
+      }
+      if (c.run_in_place) {
+        const double err_in_place = gpu_vs_cpu(in, [&](const std::vector<Tensor>& t) {
+          Tensor out = t[0].clone();
+          c.run_in_place(out, t);
+          return out;
+        });
+        CHECK(err_in_place <= (s->agreement == test::Agreement::bitwise ? 0.0 : ulp_tol));
+      }
+    }
     Tensor cond = Tensor::from_vector(std::vector<double>{1, 0, 0, 1, 1, 0, 1}, {7}, dt);
     CHECK(gpu_vs_cpu({cond, x, xp}, [](const std::vector<Tensor>& t) { return ops::where(t[0], t[1], t[2]); }) == 0.0);
     // in-place accumulate on the device
