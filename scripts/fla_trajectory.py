@@ -23,7 +23,11 @@ torch.autocast(bfloat16) with float32 master weights, as lintrain's bf16 mode ke
 --spread replays a second time with every batch's rows split in two halves whose gradients are
 summed (the same mathematics in another reduction order) and also passes a figure whose error
 is within twice the two replays' difference: the check for bf16, where rounding differences grow
-along a trajectory. Exit status 0 when every figure passes, 1 otherwise, 2 on bad input.
+along a trajectory. --reference REF64 names the same run in float64 (model.precision=fp64,
+checkpoints at the same steps, its dump in REF64/trajectory): lintrain's and fla's errors against
+it are printed, and a figure also passes when lintrain's error is at most twice fla's (lintrain
+as accurate as fla at that precision). Exit status 0 when every figure passes, 1 otherwise, 2 on
+bad input.
 """
 import argparse
 import json
@@ -152,6 +156,10 @@ def main():
     ap.add_argument("--gate", type=float, default=0.0, help="relative error gate (default 1e-6 fp64, 1e-4 else)")
     ap.add_argument("--spread", action="store_true",
                     help="also replay with every batch's rows in two halves; pass figures within 2x that spread")
+    ap.add_argument("--reference", default="",
+                    help="the run folder of the same config in float64 (model.precision=fp64, with --dump-trajectory in "
+                         "RUN/trajectory and checkpoints at the same steps): lintrain's and fla's errors against it are "
+                         "reported, and a figure also passes when lintrain's error is at most twice fla's")
     ap.add_argument("--report", default="", help="write every step's figures here as JSON lines")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -193,7 +201,17 @@ def main():
     n_steps = len(step_ids) if args.steps <= 0 else min(args.steps, len(step_ids))
     report = open(args.report, "w") if args.report else None
 
+    ref64 = None
+    if args.reference:
+        steps64 = os.path.join(args.reference, "trajectory", "steps.jsonl")
+        if not os.path.exists(steps64):
+            print(f"fla_trajectory: no {steps64} (run the reference with --dump-trajectory REF/trajectory)", file=sys.stderr)
+            return 2
+        ref64 = {r["step"]: r for r in read_jsonl(steps64)}
+
     kinds = ("loss", "grad_norm", "lr", "params", "moments")
+    # Against the float64 reference: lintrain's worst error and fla's (the same figure of each).
+    vs64 = {k: [0.0, 0.0] for k in ("loss", "grad_norm", "params", "moments")}
     worst = {k: 0.0 for k in kinds}
     spread = {k: 0.0 for k in kinds}
     worst_at = {}
@@ -220,6 +238,11 @@ def main():
         note("loss", e_loss, step)
         note("grad_norm", e_norm, step)
         note("lr", e_lr, step)
+        if ref64 is not None and step in ref64:
+            for k, theirs in (("loss", loss), ("grad_norm", norm)):
+                r = ref64[step][k]
+                vs64[k][0] = max(vs64[k][0], rel(ours[k], r))
+                vs64[k][1] = max(vs64[k][1], rel(theirs, r))
         row = {"step": step, "loss": loss, "loss_lintrain": ours["loss"], "grad_norm": norm,
                "grad_norm_lintrain": ours["grad_norm"], "lr": lr_now, "rel_loss": e_loss, "rel_grad_norm": e_norm}
         if alt:
@@ -240,6 +263,18 @@ def main():
             for n, m in moments.items():
                 note("moments", rel_err(state[n], m), f"{n} @ {step}")
             row["rel_params"], row["rel_moments"] = e_p, e_m
+            ck64 = os.path.join(args.reference, f"step-{step:08d}") if ref64 is not None else ""
+            if ck64 and os.path.isdir(ck64):
+                mine64 = load_file(os.path.join(ck64, "model.safetensors"))
+                state64 = load_file(os.path.join(ck64, "state.safetensors"))
+                for n, p in params.items():
+                    r = mine64[n].double().to(p.device)
+                    vs64["params"][0] = max(vs64["params"][0], rel_err(mine[n], r))
+                    vs64["params"][1] = max(vs64["params"][1], rel_err(p, r))
+                for n, m in moments.items():
+                    r = state64[n].double().to(m.device)
+                    vs64["moments"][0] = max(vs64["moments"][0], rel_err(state[n], r))
+                    vs64["moments"][1] = max(vs64["moments"][1], rel_err(m, r))
             line = (f"step {step:6d}: loss {loss:.10f} (rel {e_loss:.2e}), grad norm rel {e_norm:.2e}, "
                     f"params rel {e_p:.2e}, moments rel {e_m:.2e}")
             if alt:
@@ -260,14 +295,19 @@ def main():
     ok = True
     print(f"{n_steps} steps replayed, checkpoints compared at steps {checked or 'none'}")
     for k in kinds:
-        passed = worst[k] <= gate or (alt is not None and worst[k] <= 2 * spread[k])
+        as_accurate = ref64 is not None and k in vs64 and vs64[k][0] <= 2 * vs64[k][1]
+        passed = worst[k] <= gate or (alt is not None and worst[k] <= 2 * spread[k]) or as_accurate
         ok = ok and passed
         extra = f"  (spread of two replays {spread[k]:.3e})" if alt else ""
+        if ref64 is not None and k in vs64:
+            extra += f"  (against float64: lintrain {vs64[k][0]:.3e}, fla {vs64[k][1]:.3e})"
         print(f"  worst {k:10s} rel {worst[k]:.3e}  {'ok' if passed else 'FAIL'}  {worst_at.get(k, '')}{extra}")
     if not checked:
         print("  no checkpoint of the run falls in the replayed steps: parameters were not compared")
         ok = False
-    print(f"{'PASS' if ok else 'FAIL'} (gate {gate:.0e}{', or within 2x the spread' if alt else ''})")
+    rules = f"gate {gate:.0e}" + (", or within 2x the spread" if alt else "")
+    rules += ", or lintrain's error against float64 at most 2x fla's" if ref64 is not None else ""
+    print(f"{'PASS' if ok else 'FAIL'} ({rules})")
     return 0 if ok else 1
 
 
