@@ -4,20 +4,20 @@
 # batches, with the spread of two fla replays and both against the float64 run on the CPU.
 # Run from the repo root:
 #
-#   bash scripts/device/trajectory_check.sh TRAINER FLA_PARENT OUT [DEVICE] [STEPS]
+#   bash scripts/device/trajectory_check.sh TRAINER FLA_PARENT OUT [DEVICE] [STEPS] [ARCHS]
 #
 # TRAINER     the trainer binary (or a wrapper such as a bundle's run-in-bundle + trainer)
 # FLA_PARENT  the folder that holds fla's `fla/` package (it goes on PYTHONPATH)
-# DEVICE      cuda (default) or cpu;  STEPS: 200 (default)
+# DEVICE      cuda (default) or cpu;  STEPS: 200 (default);  ARCHS: "kda rwkv6" (default)
 # OUT/summary.txt gets each check's verdict lines; exit status 1 when one fails.
 # The rates: KDA 1e-3, RWKV6 3e-4 (higher rates make the tiny model's fp32 training chaotic:
 # docs/notes-training.md, 2026-12-05).
 set -uo pipefail
-trainer=${1:?trainer}; fla=${2:?folder holding fla/}; out=${3:?out}; device=${4:-cuda}; steps=${5:-200}
+trainer=${1:?trainer}; fla=${2:?folder holding fla/}; out=${3:?out}; device=${4:-cuda}; steps=${5:-200}; archs=${6:-kda rwkv6}
 mkdir -p "$out"
 [ -d "$fla/fla" ] || { echo "trajectory_check: no fla/ package in $fla" >&2; exit 2; }
 fail=0
-for arch in kda rwkv6; do
+for arch in $archs; do
   lr=1e-3; [ "$arch" = rwkv6 ] && lr=3e-4
   common=(--config configs/quick.json --resume none --steps "$steps" --set model.arch=$arch --set train.lr=$lr
           --set train.checkpoint_every=50 --set train.keep_checkpoints=100)
