@@ -28,6 +28,11 @@ checkpoints at the same steps, its dump in REF64/trajectory): lintrain's and fla
 it are printed, and a figure also passes when lintrain's error is at most twice fla's (lintrain
 as accurate as fla at that precision). Exit status 0 when every figure passes, 1 otherwise, 2 on
 bad input.
+
+--curve N replays long runs (a night config's first thousands of steps) with fla's own Triton
+kernels on a GPU, as fla's users train (the pure-torch definitions on the CPU): no figure is gated; every N steps it prints the window's mean loss
+of fla and of lintrain and fla's accuracy on the answer tokens of the batches it trained on, so
+the two learning curves can be laid side by side (--report keeps every step's figures).
 """
 import argparse
 import json
@@ -107,9 +112,11 @@ class Replay:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lintrain_lr(train, s) / train["lr"])
 
     def step(self, tok, tgt, skipped):
-        """One step on micro-batches tok, tgt [A, B, T]; returns (loss, grad norm, lr)."""
+        """One step on micro-batches tok, tgt [A, B, T]; returns (loss, grad norm, lr).
+        self.correct / self.valid: the step's answer tokens fla predicted (argmax) / all of them."""
         self.opt.zero_grad(set_to_none=False)
         valid = int((tgt != -100).sum().item())
+        self.valid, self.correct = valid, 0
         loss_sum = 0.0
         for a in range(tok.shape[0]):
             rows = tok.shape[1]
@@ -123,6 +130,7 @@ class Replay:
                                        ignore_index=-100, reduction="sum") / max(valid, 1)
                 loss.backward()
                 loss_sum += loss.item()
+                self.correct += int(((logits.argmax(-1) == tgt[a, lo:hi]) & (tgt[a, lo:hi] != -100)).sum().item())
         grads = [p for p in self.named.values() if p.grad is not None]
         max_norm = self.train["max_grad_norm"]
         if max_norm > 0:
@@ -161,6 +169,8 @@ def main():
                          "RUN/trajectory and checkpoints at the same steps): lintrain's and fla's errors against it are "
                          "reported, and a figure also passes when lintrain's error is at most twice fla's")
     ap.add_argument("--report", default="", help="write every step's figures here as JSON lines")
+    ap.add_argument("--curve", type=int, default=0, metavar="N",
+                    help="fla's own Triton kernels, no gate: print both learning curves every N steps")
     args = ap.parse_args()
     from safetensors.torch import load_file
 
@@ -183,7 +193,13 @@ def main():
     gate = args.gate or (1e-6 if precision == "fp64" else 1e-4)
     autocast = precision == "bf16"
 
-    patch_fla()
+    if args.curve > 0 and (args.spread or args.reference):
+        print("fla_trajectory: --curve takes neither --spread nor --reference", file=sys.stderr)
+        return 2
+    if args.curve > 0 and args.device.startswith("cuda"):
+        import fla  # noqa: F401  (registers the models; Triton kernels kept)
+    else:
+        patch_fla()  # also --curve on the CPU, where Triton does not run
     try:
         ref = Replay(args, args.dump, dtype, train, decay, autocast, split_rows=False, quiet=False)
         alt = Replay(args, args.dump, dtype, train, decay, autocast, split_rows=True, quiet=True) if args.spread else None
@@ -216,6 +232,7 @@ def main():
     spread = {k: 0.0 for k in kinds}
     worst_at = {}
     checked = []
+    window = []  # --curve: the rows since the last print
 
     def note(kind, err, where, table=worst):
         if not (err <= table[kind]):  # NaN counts as worst
@@ -287,10 +304,23 @@ def main():
                 line += f"; spread params {s_p:.2e}, moments {s_m:.2e}"
             checked.append(step)
             print(line)
+        row["correct"], row["answers"] = ref.correct, ref.valid
         if report:
             report.write(json.dumps(row) + "\n")
+        if args.curve > 0:
+            window.append(row)
+            if len(window) == args.curve or i == n_steps - 1:
+                mean = lambda k: sum(r[k] for r in window) / len(window)  # noqa: E731
+                acc = sum(r["correct"] for r in window) / max(sum(r["answers"] for r in window), 1)
+                print(f"steps {window[0]['step']:6d}-{step:6d}: loss fla {mean('loss'):.4f} lintrain "
+                      f"{mean('loss_lintrain'):.4f}; fla's answer accuracy {acc:.4f}", flush=True)
+                window = []
     if report:
         report.close()
+    if args.curve > 0:
+        how = "fla's Triton kernels" if args.device.startswith("cuda") else "the pure-torch definitions"
+        print(f"{n_steps} steps replayed with {how} ({precision}); no figure gated")
+        return 0
 
     ok = True
     print(f"{n_steps} steps replayed, checkpoints compared at steps {checked or 'none'}")
