@@ -8,7 +8,8 @@
 //               ignored rows)
 //   correct (optional): 1 when argmax_j z_j == t (first index of the max), else 0; -1 on
 //               ignored rows
-// Logits f32 (f64 on the CPU and CUDA for reference runs); row_loss in the logits' dtype.
+// Logits f32, bf16 (the bf16 mode's: read as f32, dlogits rounded to bf16 once) or f64
+// (reference runs); row_loss in the compute type (f32 for f32 and bf16 logits, else f64).
 // A target outside [0, V) other than ignore_index: the CPU kernel throws naming it; the
 // CUDA kernel writes NaN into that row's loss (and gradient), so the reported loss is NaN.
 #pragma once
@@ -27,7 +28,7 @@ struct CrossEntropyParams {
   int64_t ignore_index = -100;
   double inv_count = 1.0;
   bool write_grad = false;
-  void* row_loss = nullptr;    // [n] contiguous, logits dtype
+  void* row_loss = nullptr;    // [n] contiguous, the logits' compute type (f32 for bf16)
   int32_t* correct = nullptr;  // [n] contiguous, optional
 };
 

@@ -21,12 +21,16 @@
 namespace lt::nn {
 namespace {
 
-// The dtype of the logits, dlogits and row losses for activations of dtype `x`.
-DType logits_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+// The dtype of the logits and dlogits for activations of dtype `x`: bf16 logits in the bf16
+// mode (fla's bf16 models have them so; half the bytes of the loss stage), else x's.
+DType logits_dtype(DType x) { return x; }
+// The row losses' dtype (the cross-entropy kernel's compute type) and dW's.
+DType accum_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 struct HeadShape {
   int64_t N = 0, d = 0, V = 0;
-  DType logits = DType::f32;
+  DType logits = DType::f32;  // logits and dlogits
+  DType accum = DType::f32;   // row losses, dW
 };
 
 HeadShape check_head(const Tensor& x, const Tensor& W, const char* op) {
@@ -42,7 +46,7 @@ HeadShape check_head(const Tensor& x, const Tensor& W, const char* op) {
     throw std::invalid_argument(std::string(op) + ": expected x [N, d] and W [V, d], got x " + shape_str(x.shape()) +
                                 " and W " + shape_str(W.shape()));
   if (W.size(0) < 1) throw std::invalid_argument(std::string(op) + ": W " + shape_str(W.shape()) + " has no rows");
-  return {x.size(0), x.size(1), W.size(0), logits_dtype(x.dtype())};
+  return {x.size(0), x.size(1), W.size(0), logits_dtype(x.dtype()), accum_dtype(x.dtype())};
 }
 
 void check_loss_inputs(const Tensor& x, const Tensor& targets, const LmHeadLossArgs& args, const Tensor& loss_accum,
@@ -65,7 +69,7 @@ void check_loss_inputs(const Tensor& x, const Tensor& targets, const LmHeadLossA
                                 " must be >= 1");
 }
 
-// out = x_c W^T; out [n, V] contiguous in the logits dtype (f32 from bf16 operands).
+// out = x_c W^T; out [n, V] contiguous in the logits dtype (fp32 accumulation).
 void logits_into(Tensor& out, const Tensor& xc, const Tensor& W) { ops::matmul_out(out, xc, W, false, true); }
 
 void run_rows(const Tensor& logits, const Tensor& targets, const LmHeadLossArgs& args, Tensor& row_loss,
@@ -106,17 +110,15 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
                                 shape_str(x.shape()) + " on x's device, got " + shape_str(dx.shape()) + " " +
                                 dtype_name(dx.dtype()));
   detail::check_defined(dW, op);
-  if (dW.shape() != W.shape() || dW.dtype() != s.logits || !dW.is_contiguous() || dW.device() != x.device())
-    throw std::invalid_argument(std::string(op) + ": dW must be a contiguous " + dtype_name(s.logits) + " " +
+  if (dW.shape() != W.shape() || dW.dtype() != s.accum || !dW.is_contiguous() || dW.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": dW must be a contiguous " + dtype_name(s.accum) + " " +
                                 shape_str(W.shape()) + " on x's device, got " + shape_str(dW.shape()) + " " +
                                 dtype_name(dW.dtype()));
   if (s.N == 0) return;
   const Tensor tgt = targets.contiguous();
   const int64_t chunk = std::min(args.chunk_tokens, s.N);
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
-  Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
-  const bool half = x.dtype() != s.logits;
-  Tensor dlogits_half_buf = half ? Tensor::empty({chunk, s.V}, x.dtype(), x.device()) : Tensor();  // [chunk, V]
+  Tensor row_loss = Tensor::empty({s.N}, s.accum, x.device());            // [N]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
     const Tensor xc = x.narrow(0, c0, n);        // [n, d]
@@ -124,11 +126,7 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
     logits_into(logits, xc, W);
     Tensor loss_c = row_loss.narrow(0, c0, n);
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, nullptr, true);
-    Tensor dlogits = logits;
-    if (half) {
-      dlogits = dlogits_half_buf.narrow(0, 0, n);
-      dlogits.copy_(logits);  // rounded to bf16
-    }
+    const Tensor& dlogits = logits;
     Tensor dxc = dx.narrow(0, c0, n);
     ops::matmul_out(dxc, dlogits, W);                         // [n, V] x [V, d]
     ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
@@ -150,7 +148,7 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
   const Tensor tgt = targets.contiguous();
   const int64_t chunk = std::min(args.chunk_tokens, s.N);
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
-  Tensor row_loss = Tensor::empty({s.N}, s.logits, x.device());           // [N]
+  Tensor row_loss = Tensor::empty({s.N}, s.accum, x.device());            // [N]
   for (int64_t c0 = 0; c0 < s.N; c0 += chunk) {
     const int64_t n = std::min(chunk, s.N - c0);
     Tensor logits = logits_buf.narrow(0, 0, n);
@@ -164,7 +162,7 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
 
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
   const HeadShape s = check_head(x, W, "lm_head_logits");
-  Tensor out = Tensor::empty({s.N, s.V}, s.logits, x.device());  // [n, V]
+  Tensor out = Tensor::empty({s.N, s.V}, s.accum, x.device());  // [n, V], f32 from bf16 operands
   if (out.numel() > 0) logits_into(out, x, W);
   return out;
 }

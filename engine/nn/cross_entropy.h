@@ -2,15 +2,17 @@
 // and never kept for the backward (the [N, V] logits of a whole batch never exist).
 //
 // For each chunk of `chunk_tokens` rows of x:
-//   logits = x_c W^T                     [n, V] f32 (bf16 x and W: fp32 accumulation)
+//   logits = x_c W^T                     [n, V] in x's dtype (bf16 x and W: fp32 accumulation,
+//                                        rounded to bf16, as fla's bf16 models make them)
 //   loss_c = sum over valid rows of (logsumexp(logits_r) - logits_r[target_r]) * inv_count
-//   dlogits = (softmax(logits) - onehot(target)) * inv_count, in place (0 on ignored rows)
+//   dlogits = (softmax(logits) - onehot(target)) * inv_count, in place (0 on ignored rows),
+//             computed in f32 and rounded once to the logits' dtype
 //   dx_c = dlogits W  (=),  dW += dlogits^T x_c
 // x [N, d] (activation dtype f32 / bf16; f64 on the CPU), W [V, d]: the weight used for the
 // product (f32 master, or its bf16 copy in the bf16 mode), targets [N] i32/i64; rows whose
 // target == ignore_index contribute nothing. inv_count: 1 / (number of valid targets of
 // the whole optimizer step), so micro-batches add up to the mean.
-// The loss stays on the device: loss_accum is a f32 scalar tensor (shape {}) that is
+// The row losses are f32 (f64 for f64 x). The loss stays on the device: loss_accum is a f32 scalar tensor (shape {}) that is
 // accumulated (+=) in a fixed order (deterministic); nothing here synchronises the host.
 // Kernels: kernels/cross_entropy.h (the row kernel: softmax, loss, dlogits in place,
 // argmax), kernels/cpu/cross_entropy.cpp, kernels/cuda/cross_entropy.cu; the products are

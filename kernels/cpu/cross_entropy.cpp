@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cross_entropy.h"
+#include "kernels/half.h"
 #include "kernels/table.h"
 
 namespace lt::kern::cpu {
@@ -27,30 +28,32 @@ void rows(const CrossEntropyParams& p) {
                                   " is out of range [0, " + std::to_string(p.V) + ") and is not ignore_index " +
                                   std::to_string(p.ignore_index));
   }
-  T* loss = static_cast<T*>(p.row_loss);
-  const T scale = static_cast<T>(p.inv_count);
+  using A = compute_t<T>;  // f32 for bf16 logits
+  A* loss = static_cast<A*>(p.row_loss);
+  const A scale = static_cast<A>(p.inv_count);
   for (int64_t r = 0; r < p.n; ++r) {
     T* z = static_cast<T*>(p.logits) + r * p.ld;
     const int64_t t = target_at<I>(p, r);
     const bool ignored = t == p.ignore_index;
-    T m = z[0];
+    A m = load_as_compute(z[0]);
     int64_t arg = 0;
     for (int64_t j = 1; j < p.V; ++j)
-      if (z[j] > m) {
-        m = z[j];
+      if (load_as_compute(z[j]) > m) {
+        m = load_as_compute(z[j]);
         arg = j;
       }
     double sum = 0.0;
-    for (int64_t j = 0; j < p.V; ++j) sum += std::exp(static_cast<double>(z[j] - m));
-    const T lse = m + static_cast<T>(std::log(sum));
-    loss[r] = ignored ? T(0) : lse - z[t];
+    for (int64_t j = 0; j < p.V; ++j) sum += std::exp(static_cast<double>(load_as_compute(z[j]) - m));
+    const A lse = m + static_cast<A>(std::log(sum));
+    loss[r] = ignored ? A(0) : lse - load_as_compute(z[t]);
     if (p.correct) p.correct[r] = ignored ? -1 : (arg == t ? 1 : 0);
     if (p.write_grad) {
       if (ignored) {
-        for (int64_t j = 0; j < p.V; ++j) z[j] = T(0);
+        for (int64_t j = 0; j < p.V; ++j) z[j] = store_from_compute<T>(A(0));
       } else {
-        const T inv_sum = static_cast<T>(1.0 / sum);
-        for (int64_t j = 0; j < p.V; ++j) z[j] = (std::exp(z[j] - m) * inv_sum - (j == t ? T(1) : T(0))) * scale;
+        const A inv_sum = static_cast<A>(1.0 / sum);
+        for (int64_t j = 0; j < p.V; ++j)
+          z[j] = store_from_compute<T>((std::exp(load_as_compute(z[j]) - m) * inv_sum - (j == t ? A(1) : A(0))) * scale);
       }
     }
   }
@@ -68,6 +71,7 @@ void dispatch_targets(const CrossEntropyParams& p) {
 void cross_entropy(DType dtype, const CrossEntropyParams& p, uintptr_t) {
   if (dtype == DType::f32) dispatch_targets<float>(p);
   else if (dtype == DType::f64) dispatch_targets<double>(p);
+  else if (dtype == DType::bf16) dispatch_targets<bfloat16>(p);
   else unsupported_dtype("cpu", "cross_entropy", dtype);
 }
 

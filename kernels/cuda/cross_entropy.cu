@@ -1,13 +1,14 @@
 // Cross-entropy rows, CUDA backend (twin: kernels/cpu/cross_entropy.cpp; contract:
-// kernels/cross_entropy.h). f32 and f64 logits.
+// kernels/cross_entropy.h). f32, f64 and bf16 logits (bf16: computed in f32, the
+// gradient rounded to bf16 in place: the bf16 mode's logits, as fla's bf16 models have them).
 //
 // One block of kRowThreads per row (grid-stride over rows), two passes over the row:
 //   1. statistics: each thread scans j = tid, tid + kRowThreads, ... keeping an online
 //      (max, first index of the max, sum of exp(z - max)), rescaling its sum when the max
 //      grows; the block merges them in a fixed shuffle / shared-memory tree (larger max
 //      wins, a tie goes to the smaller index: the first index of the row's maximum, as on
-//      the CPU). Deterministic; the sum is accumulated in the logits' dtype, not the CPU's
-//      f64, so compare with a tolerance;
+//      the CPU). Deterministic; the sum is accumulated in the compute type (f32 for f32 and
+//      bf16 logits), not the CPU's f64, so compare with a tolerance;
 //   2. the gradient written in place.
 // z[target] is read by every thread before the block's first barrier, so pass 2's writes
 // cannot race with it. A target outside [0, V) (and not ignore_index) gives NaN loss and
@@ -18,6 +19,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/grid.h"
 #include "kernels/elementwise_ops.h"
+#include "kernels/half.h"
 #include "kernels/launch.h"
 #include "kernels/table.h"
 
@@ -68,63 +70,98 @@ __device__ RowStats<T> block_row_stats(RowStats<T> v, RowStats<T>* shared) {
   return r;
 }
 
-template <class T, class I>
+// kVec elements of T in 16 bytes: one vector load / store per thread per step when the rows
+// allow it (Aligned: every row starts on 16 bytes and V is a multiple of kVec).
+template <class T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+struct alignas(16) Pack {
+  T e[kVec<T>];
+};
+
+// Storage T (f32, f64 or bf16), compute A = compute_t<T> (f32 for bf16): logits are read as
+// A, the gradient rounded to T once, the loss written as A.
+template <class T, class I, bool Aligned>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyParams p) {
-  __shared__ RowStats<T> stats_shared[kWarps];
+  using A = compute_t<T>;
+  constexpr int P = Aligned ? kVec<T> : 1;  // elements per thread per step
+  __shared__ RowStats<A> stats_shared[kWarps];
   const int tid = static_cast<int>(threadIdx.x);
-  const T scale = static_cast<T>(p.inv_count);
-  const T nan = static_cast<T>(NAN);
+  const A scale = static_cast<A>(p.inv_count);
+  const A nan = static_cast<A>(NAN);
   for (int64_t r = blockIdx.x; r < p.n; r += gridDim.x) {
     T* z = static_cast<T*>(p.logits) + r * p.ld;
     const int64_t t = static_cast<int64_t>(static_cast<const I*>(p.targets)[r]);
     const bool ignored = t == p.ignore_index;
     const bool bad = !ignored && (t < 0 || t >= p.V);
-    const T z_t = (ignored || bad) ? T(0) : z[t];
+    const A z_t = (ignored || bad) ? A(0) : load_as_compute(z[t]);
 
     // online max / sum over this thread's elements (rescaled when the max grows)
-    RowStats<T> mine{-static_cast<T>(INFINITY), T(0), kNoIndex};
-    for (int64_t j = tid; j < p.V; j += kRowThreads) {
-      const T v = z[j];
-      if (v > mine.max) {
-        mine.sum = mine.sum == T(0) ? T(1) : mine.sum * math::exp(mine.max - v) + T(1);
-        mine.max = v;
-        mine.index = j;
-      } else {
-        mine.sum += math::exp(v - mine.max);
+    RowStats<A> mine{-static_cast<A>(INFINITY), A(0), kNoIndex};
+    for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
+      T e[P];
+      if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
+      else e[0] = z[j0];
+      #pragma unroll
+      for (int u = 0; u < P; ++u) {
+        const A v = load_as_compute(e[u]);
+        if (v > mine.max) {
+          mine.sum = mine.sum == A(0) ? A(1) : mine.sum * math::exp(mine.max - v) + A(1);
+          mine.max = v;
+          mine.index = j0 + u;
+        } else {
+          mine.sum += math::exp(v - mine.max);
+        }
       }
     }
-    const RowStats<T> row = block_row_stats(mine, stats_shared);
+    const RowStats<A> row = block_row_stats(mine, stats_shared);
 
     if (tid == 0) {
-      const T lse = row.max + math::log(row.sum);
-      static_cast<T*>(p.row_loss)[r] = ignored ? T(0) : (bad ? nan : lse - z_t);
+      const A lse = row.max + math::log(row.sum);
+      static_cast<A*>(p.row_loss)[r] = ignored ? A(0) : (bad ? nan : lse - z_t);
       if (p.correct) p.correct[r] = ignored ? -1 : (row.index == t ? 1 : 0);
     }
     if (p.write_grad) {
-      const T inv_sum = T(1) / row.sum;
-      for (int64_t j = tid; j < p.V; j += kRowThreads) {
-        T g;
-        if (ignored) g = T(0);
-        else if (bad) g = nan;
-        else g = (math::exp(z[j] - row.max) * inv_sum - (j == t ? T(1) : T(0))) * scale;
-        z[j] = g;
+      const A inv_sum = A(1) / row.sum;
+      for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
+        T e[P];
+        if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
+        else e[0] = z[j0];
+        #pragma unroll
+        for (int u = 0; u < P; ++u) {
+          const int64_t j = j0 + u;
+          A g;
+          if (ignored) g = A(0);
+          else if (bad) g = nan;
+          else g = (math::exp(load_as_compute(e[u]) - row.max) * inv_sum - (j == t ? A(1) : A(0))) * scale;
+          e[u] = store_from_compute<T>(g);
+        }
+        if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(z + j0) = *reinterpret_cast<const Pack<T>*>(e);
+        else z[j0] = e[0];
       }
     }
+  }
+}
+
+template <class T, class I>
+void launch_rows(const CrossEntropyParams& p, dim3 grid, cudaStream_t stream) {
+  const bool aligned = p.V % kVec<T> == 0 && p.ld % kVec<T> == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  if (aligned) {
+    auto kernel = cross_entropy_rows<T, I, true>;
+    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
+  } else {
+    auto kernel = cross_entropy_rows<T, I, false>;
+    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
   }
 }
 
 template <class T>
 void launch(const CrossEntropyParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.n < kMaxBlocks ? p.n : kMaxBlocks));
-  if (p.target_dtype == DType::i32) {
-    auto kernel = cross_entropy_rows<T, int32_t>;
-    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
-  } else if (p.target_dtype == DType::i64) {
-    auto kernel = cross_entropy_rows<T, int64_t>;
-    LT_LAUNCH(kernel, grid, kRowThreads, 0, stream, p);
-  } else {
-    unsupported_dtype("cuda", "cross_entropy", p.target_dtype);
-  }
+  if (p.target_dtype == DType::i32) launch_rows<T, int32_t>(p, grid, stream);
+  else if (p.target_dtype == DType::i64) launch_rows<T, int64_t>(p, grid, stream);
+  else unsupported_dtype("cuda", "cross_entropy", p.target_dtype);
 }
 
 }  // namespace
@@ -133,6 +170,7 @@ void cross_entropy(DType dtype, const CrossEntropyParams& p, uintptr_t stream) {
   if (p.n == 0) return;
   if (dtype == DType::f32) launch<float>(p, as_stream(stream));
   else if (dtype == DType::f64) launch<double>(p, as_stream(stream));
+  else if (dtype == DType::bf16) launch<bfloat16>(p, as_stream(stream));
   else unsupported_dtype("cuda", "cross_entropy", dtype);
 }
 

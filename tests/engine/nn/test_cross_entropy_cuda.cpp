@@ -1,5 +1,5 @@
 // The LM head with cross-entropy on CUDA against the CPU on the same random inputs: loss,
-// argmax flags, dx and dW (f32; bf16 operands with f32 logits), chunks that do not divide
+// argmax flags, dx and dW (f32; bf16 with bf16 logits), chunks that do not divide
 // N, ignored rows, bit-identical reruns, fresh outputs NaN-poisoned, a bad target -> NaN.
 #include <catch2/catch.hpp>
 
@@ -63,9 +63,12 @@ TEST_CASE("cuda lm head cross-entropy matches the CPU", "[nn][cross_entropy][cud
     const Result c = run_head(x, W, targets, args);
     const Result g = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
     CHECK(g.dx.dtype() == dt);
-    CHECK(g.loss.item() == Approx(c.loss.item()).epsilon(1e-6));
-    // bf16: dlogits (and dx) are rounded to bf16, and logits that differ in the last f32
-    // bit between cuBLAS and the CPU may round to neighbouring bf16 values (2^-8 apart)
+    // bf16: the logits are rounded to bf16 from sums that differ in the last f32 bits
+    // between cuBLAS and the CPU, so a few of the 312k logits (those within that difference
+    // of a rounding boundary, ~2^-12 of them) land on neighbouring bf16 values (2^-8 apart);
+    // a target logit's flip moves the loss by 2^-8 |z_t| inv_count, ~5e-6 of it
+    CHECK(g.loss.item() == Approx(c.loss.item()).epsilon(dt == DType::f32 ? 1e-6 : 1e-4));
+    // bf16: dlogits (and dx) are rounded to bf16, and their neighbours differ by 2^-8
     const double grad_tol = dt == DType::f32 ? 1e-5 : 4e-3;
     CHECK(ops::max_rel_diff(g.dx, c.dx) < grad_tol);
     CHECK(ops::max_rel_diff(g.dW, c.dW) < grad_tol);
