@@ -53,7 +53,8 @@ void rows(const CrossEntropyParams& p) {
       } else {
         const A inv_sum = static_cast<A>(1.0 / sum);
         for (int64_t j = 0; j < p.V; ++j)
-          z[j] = store_from_compute<T>((std::exp(load_as_compute(z[j]) - m) * inv_sum - (j == t ? A(1) : A(0))) * scale);
+          z[j] =
+              store_from_compute<T>((std::exp(load_as_compute(z[j]) - m) * inv_sum - (j == t ? A(1) : A(0))) * scale);
       }
     }
   }

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
       T e[P];
       if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
       else e[0] = z[j0];
-      #pragma unroll
+#pragma unroll
       for (int u = 0; u < P; ++u) {
         const A v = load_as_compute(e[u]);
         if (v > mine.max) {
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
         T e[P];
         if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
         else e[0] = z[j0];
-        #pragma unroll
+#pragma unroll
         for (int u = 0; u < P; ++u) {
           const int64_t j = j0 + u;
           A g;
