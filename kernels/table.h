@@ -144,6 +144,10 @@ using NormKernel = void(NormPass, DType, const NormParams&, uintptr_t stream);
 enum class ConvPass : uint8_t;
 struct ConvParams;
 using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
+// RWKV6's token-shift interpolations (kernels/lerp.h): dtype is the tensors'.
+enum class LerpOp : uint8_t;
+struct LerpParams;
+using LerpKernel = void(LerpOp, DType, const LerpParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -164,7 +168,8 @@ using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
   X(activation, ActivationKernel)      \
   X(cross_entropy, CrossEntropyKernel) \
   X(norm, NormKernel)                  \
-  X(conv, ConvKernel)
+  X(conv, ConvKernel)                  \
+  X(lerp, LerpKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;

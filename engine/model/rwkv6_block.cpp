@@ -25,10 +25,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/mixers/rwkv6.h"
 #include "engine/model/blocks.h"
 #include "engine/nn/activation.h"
+#include "engine/nn/lerp.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/norm.h"
 #include "engine/ops.h"
@@ -49,8 +52,8 @@ struct Rwkv6BlockSaved final : BlockSaved {
   Tensor delta;       // [B, T, d] shift(a) - a
   Tensor xx;          // [B, T, d] a + delta * mu_x
   Tensor z;           // [B, T, 5R] tanh(xx W_x1^T)
-  Tensor m;           // [B, T, 5, d] the five data-dependent lerp weights
-  Tensor xl[kLerps];  // [B, T, d] a + delta * m_i
+  Tensor m;           // [5, B*T, d] the five data-dependent lerp weights
+  Tensor xl[kLerps];  // [B, T, d] a + delta * m_i (slices of one [5, B*T, d] tensor)
   Tensor lw;          // [B, T, Lg] tanh(xl_w L0^T)
   Tensor w;           // [B, T, key_dim] -exp(...) (its own derivative)
   std::shared_ptr<mixers::Rwkv6Saved> mix;
@@ -88,12 +91,6 @@ Tensor as(const Tensor& p, DType dt) { return p.dtype() == dt ? p : p.to(dt); }
 void accumulate(Tensor& g, const Tensor& d) {
   const Tensor dd = d.dtype() == g.dtype() ? d : d.to(g.dtype());
   ops::add_(g, dd.reshape(g.shape()));
-}
-
-// g += sum of x over the broadcast dims down to g's shape, summed in g's dtype (f32 for
-// bf16 activations: the sum's result is not rounded to bf16).
-void accumulate_sum(Tensor& g, const Tensor& x) {
-  ops::add_(g, ops::sum_to(x.dtype() == g.dtype() ? x : x.to(g.dtype()), g.shape()));
 }
 
 // 1 - y^2 for y = tanh(x): the derivative of tanh from its output.
@@ -187,17 +184,20 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     mixers::Rwkv6Inputs in;
     {
       StageScope proj("proj");
-      s->delta = nn::token_shift_forward(s->a);
-      // Data-dependent lerp: z = tanh(x_proj.0(a + delta mu)), m_i = x_proj.2 slice i (z_i) + x_bias[i].
-      s->xx = s->a + s->delta * as(at(w, "attn.x_proj.0.mu"), dt);
+      // delta = shift(a) - a, xx = a + delta mu_x (one fused pass).
+      nn::ShiftMixOut sm = nn::shift_mix_forward(s->a, {at(w, "attn.x_proj.0.mu")});
+      s->delta = std::move(sm.delta);
+      s->xx = std::move(sm.out[0]);
+      // Data-dependent lerp: z = tanh(x_proj.0(xx)), m_i = x_proj.2 slice i (z_i) + x_bias[i].
       s->z = ops::tanh(nn::linear_forward(s->xx, at(w, "attn.x_proj.0.linear.weight")));
       // The five slice products as one batched GEMM: z [B*T, 5, R] -> [5, B*T, R] against
       // x_proj.2.weight [d, 5R] viewed [5, d, R] (a strided view used in place).
       const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});
       const Tensor W5 = at(w, "attn.x_proj.2.weight").view({d, kLerps, R}).permute({1, 0, 2});
-      s->m =
-          ops::matmul(z5, W5, false, true).permute({1, 0, 2}).reshape({B, T, kLerps, d}) + as(at(w, "attn.x_bias"), dt);
-      for (int i = 0; i < kLerps; ++i) s->xl[i] = s->a + s->delta * s->m.select(2, i);
+      // m = (z5 W5^T) + x_bias over the product in place, xl_i = a + delta m_i (one fused pass).
+      nn::Lerp5Out l5 = nn::lerp5_forward(s->a, s->delta, ops::matmul(z5, W5, false, true), at(w, "attn.x_bias"), true);
+      s->m = std::move(l5.m);
+      for (int i = 0; i < kLerps; ++i) s->xl[i] = l5.xl.select(0, i).view({B, T, d});
       in.r = nn::linear_forward(s->xl[0], at(w, "attn.r_proj.linear.weight")).view({B, T, H, K});
       s->lw = ops::tanh(nn::linear_forward(s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
       s->w = ops::neg(ops::exp(nn::linear_forward(s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
@@ -227,9 +227,11 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     nn::NormOut fn = nn::layer_norm_forward(s->h, at(w, "ffn_norm.weight"), at(w, "ffn_norm.bias"), eps);
     s->f = fn.y;
     s->ffn_norm = fn.stats;
-    s->fd = nn::token_shift_forward(s->f);
-    s->fk = s->f + s->fd * as(at(w, "ffn.key.mu"), dt);
-    s->fr = s->f + s->fd * as(at(w, "ffn.receptance.mu"), dt);
+    // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r} (one fused pass)
+    nn::ShiftMixOut fm = nn::shift_mix_forward(s->f, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")});
+    s->fd = std::move(fm.delta);
+    s->fk = std::move(fm.out[0]);
+    s->fr = std::move(fm.out[1]);
     s->kpre = nn::linear_forward(s->fk, at(w, "ffn.key.linear.weight"));
     s->kact = nn::sqrelu_forward(s->kpre);
     s->val = nn::linear_forward(s->kact, at(w, "ffn.value.weight"));
@@ -252,7 +254,6 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   if (dy.shape() != s->x.shape())
     throw std::invalid_argument("rwkv6_block_backward: dy " + shape_str(dy.shape()) + " != x " +
                                 shape_str(s->x.shape()));
-  const DType dt = s->x.dtype();
   // Activations are released as soon as their last use has run.
   Tensor dh;  // [B, T, d]
   {
@@ -270,13 +271,10 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
         nn::linear_backward(sm.dr, s->fr, at(w, "ffn.receptance.linear.weight"), at(g, "ffn.receptance.linear.weight"));
     sm = {};
     s->fr = Tensor();
-    // f{k,r} = f + fd * mu_{k,r}
-    accumulate_sum(at(g, "ffn.key.mu"), dfk * s->fd);
-    accumulate_sum(at(g, "ffn.receptance.mu"), dfr * s->fd);
-    s->fd = Tensor();
-    Tensor dfd = dfk * as(at(w, "ffn.key.mu"), dt) + dfr * as(at(w, "ffn.receptance.mu"), dt);
-    Tensor df = dfk + dfr + nn::token_shift_backward(dfd);
-    dfk = dfr = dfd = Tensor();
+    // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r}
+    Tensor df = nn::shift_mix_backward({dfk, dfr}, s->fd, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, Tensor(),
+                                       Tensor(), {&at(g, "ffn.key.mu"), &at(g, "ffn.receptance.mu")});
+    dfk = dfr = s->fd = Tensor();
     s->f = Tensor();
     dh = nn::layer_norm_backward(df, s->h, at(w, "ffn_norm.weight"), s->ffn_norm, at(g, "ffn_norm.weight"),
                                  at(g, "ffn_norm.bias"));
@@ -334,23 +332,18 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   dxl[4] = nn::linear_backward(dgg, s->xl[4], at(w, "attn.g_proj.linear.weight"), at(g, "attn.g_proj.linear.weight"));
   dgg = Tensor();
   for (Tensor& t : s->xl) t = Tensor();
-  // xl_i = a + delta m_i: da += dxl_i, ddelta += dxl_i m_i, dm_i = dxl_i delta.
-  da = dxl[0] + dxl[1] + dxl[2] + dxl[3] + dxl[4];
-  Tensor ddelta;
-  std::vector<Tensor> dms;
-  for (int i = 0; i < kLerps; ++i) {
-    const Tensor mi = s->m.select(2, i);
-    ddelta = i == 0 ? dxl[i] * mi : ddelta + dxl[i] * mi;
-    dms.push_back((dxl[i] * s->delta).unsqueeze(2));
-    dxl[i] = Tensor();
-  }
+  // xl_i = a + delta m_i: da5 = sum dxl_i, ddelta5 = sum dxl_i m_i, dm_i = dxl_i delta.
+  nn::Lerp5Grads lg = nn::lerp5_backward(std::vector<Tensor>(dxl, dxl + kLerps), s->delta, s->m);
+  for (Tensor& t : dxl) t = Tensor();
   s->m = Tensor();
-  Tensor dmm = ops::cat(dms, 2);  // [B, T, 5, d]
-  dms.clear();
-  accumulate_sum(at(g, "attn.x_bias"), dmm);
+  {
+    Tensor& gb = at(g, "attn.x_bias");  // [5, d] += sum over tokens of dm
+    ops::add_(gb, ops::sum(lg.dm.dtype() == gb.dtype() ? lg.dm : lg.dm.to(gb.dtype()), 1));
+  }
+  Tensor dxx;
   {
     // m5 = z5 W5^T per slice: dz5 = dm5 W5, dW5 += dm5^T z5 (in the gradient dtype).
-    const Tensor dm5 = dmm.reshape({B * T, kLerps, d}).permute({1, 0, 2});  // [5, B*T, d]
+    const Tensor& dm5 = lg.dm;                                              // [5, B*T, d]
     const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});  // [5, B*T, R]
     const Tensor W2 = at(w, "attn.x_proj.2.weight");
     const Tensor W5 = W2.view({d, kLerps, R}).permute({1, 0, 2});  // [5, d, R]
@@ -360,18 +353,15 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     Tensor dW5 = ops::matmul(as(dm5, gdt), as(z5, gdt), true, false);  // [5, d, R]
     Tensor gW5 = gW2.view({d, kLerps, R}).permute({1, 0, 2});
     ops::add_(gW5, dW5);
-    dmm = Tensor();
-    Tensor dxx = nn::linear_backward(tanh_grad(dz, s->z), s->xx, at(w, "attn.x_proj.0.linear.weight"),
-                                     at(g, "attn.x_proj.0.linear.weight"));
+    lg.dm = Tensor();
+    dxx = nn::linear_backward(tanh_grad(dz, s->z), s->xx, at(w, "attn.x_proj.0.linear.weight"),
+                              at(g, "attn.x_proj.0.linear.weight"));
     s->z = s->xx = Tensor();
-    // xx = a + delta mu_x
-    accumulate_sum(at(g, "attn.x_proj.0.mu"), dxx * s->delta);
-    ddelta = ddelta + dxx * as(at(w, "attn.x_proj.0.mu"), dt);
-    ops::add_(da, dxx);
   }
-  s->delta = Tensor();
-  ops::add_(da, nn::token_shift_backward(ddelta));
-  ddelta = Tensor();
+  // delta = shift(a) - a, xx = a + delta mu_x, with the lerps' da5 and ddelta5
+  da = nn::shift_mix_backward({dxx}, s->delta, {at(w, "attn.x_proj.0.mu")}, lg.ddelta, lg.da,
+                              {&at(g, "attn.x_proj.0.mu")});
+  dxx = lg.da = lg.ddelta = s->delta = Tensor();
   s->a = Tensor();
   Tensor dr = nn::layer_norm_backward(da, s->r, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"),
                                       at(g, "attn_norm.bias"));

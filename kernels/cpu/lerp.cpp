@@ -1,0 +1,15 @@
+// RWKV6's token-shift interpolations, CPU backend (twin: kernels/cuda/lerp.cu; the math and
+// shapes: kernels/lerp.h, whose per-element functions both backends run).
+#include "kernels/lerp.h"
+#include "kernels/table.h"
+
+namespace lt::kern::cpu {
+
+void lerp(LerpOp op, DType dtype, const LerpParams& p, uintptr_t) {
+  visit_float_dtype(dtype, "cpu", "lerp", [&](auto t) {
+    using T = decltype(t);
+    for (int64_t i = 0; i < p.n; ++i) LerpMath<T>::element(op, p, i);
+  });
+}
+
+}  // namespace lt::kern::cpu
