@@ -350,7 +350,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     Tensor dz = ops::matmul(dm5, W5).permute({1, 0, 2}).reshape({B, T, kLerps * R});
     Tensor& gW2 = at(g, "attn.x_proj.2.weight");
     const DType gdt = gW2.dtype();
-    Tensor dW5 = ops::matmul(as(dm5, gdt), as(z5, gdt), true, false);  // [5, d, R]
+    Tensor dW5 = ops::matmul(dm5, z5, true, false, gdt);  // [5, d, R], bf16 operands: f32 out, no conversion pass
     Tensor gW5 = gW2.view({d, kLerps, R}).permute({1, 0, 2});
     ops::add_(gW5, dW5);
     lg.dm = Tensor();

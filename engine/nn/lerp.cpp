@@ -38,8 +38,7 @@ Tensor param(const Tensor& t, const Tensor& like, int64_t numel, const char* op,
 }
 
 void check_sequence(const Tensor& a, const char* op) {
-  if (a.dim() != 3)
-    throw std::invalid_argument(std::string(op) + ": expected [B, T, d], got " + shape_str(a.shape()));
+  if (a.dim() != 3) throw std::invalid_argument(std::string(op) + ": expected [B, T, d], got " + shape_str(a.shape()));
 }
 
 void run(LerpOp op, kern::LerpParams& p, const Tensor& a) {

@@ -42,8 +42,10 @@ TEST_CASE("shift_mix: forward formulas, gradients by finite differences", "[nn][
       }
   // loss = sum w0 out0 + w1 out1 + wd delta + wa a: the last two stand for the gradients
   // that reach delta and a by other paths (ddelta_in, da_in)
-  const Tensor w0 = test::random_tensor({kB, kT, kD}, 4, DType::f64), w1 = test::random_tensor({kB, kT, kD}, 5, DType::f64);
-  const Tensor wd = test::random_tensor({kB, kT, kD}, 6, DType::f64), wa = test::random_tensor({kB, kT, kD}, 7, DType::f64);
+  const Tensor w0 = test::random_tensor({kB, kT, kD}, 4, DType::f64),
+               w1 = test::random_tensor({kB, kT, kD}, 5, DType::f64);
+  const Tensor wd = test::random_tensor({kB, kT, kD}, 6, DType::f64),
+               wa = test::random_tensor({kB, kT, kD}, 7, DType::f64);
   auto loss = [&] {
     const nn::ShiftMixOut g = nn::shift_mix_forward(a, {mu0, mu1});
     return test::weighted_sum(g.out[0], w0) + test::weighted_sum(g.out[1], w1) + test::weighted_sum(g.delta, wd) +

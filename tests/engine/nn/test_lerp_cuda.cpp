@@ -42,11 +42,10 @@ TEST_CASE("cuda lerp kernels match the CPU", "[nn][lerp][cuda]") {
   const int64_t B = 3, T = 37, d = 129;  // odd sizes, not a multiple of the block
   for (DType dt : {DType::f32, DType::bf16}) {
     INFO(dtype_name(dt));
-    const std::vector<Tensor> in = {
-        test::random_tensor({B, T, d}, 1, dt),      test::random_tensor({d}, 2),
-        test::random_tensor({d}, 3),                test::random_tensor({B, T, d}, 4, dt),
-        test::random_tensor({B, T, d}, 5, dt),      test::random_tensor({5, B * T, d}, 6, dt),
-        test::random_tensor({5, d}, 7)};
+    const std::vector<Tensor> in = {test::random_tensor({B, T, d}, 1, dt), test::random_tensor({d}, 2),
+                                    test::random_tensor({d}, 3),           test::random_tensor({B, T, d}, 4, dt),
+                                    test::random_tensor({B, T, d}, 5, dt), test::random_tensor({5, B * T, d}, 6, dt),
+                                    test::random_tensor({5, d}, 7)};
     const std::vector<Tensor> c = passes(in, Device::cpu()), g = passes(in, kGpu);
     // f32: the same arithmetic up to the contraction of a * b + c into one rounding;
     // bf16: an output may then land on the neighbouring bf16 value (2^-8 relative)
