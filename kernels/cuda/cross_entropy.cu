@@ -80,6 +80,18 @@ struct alignas(16) Pack {
   T e[kVec<T>];
 };
 
+// Elements j0 .. j0 + P - 1 of row z into e (one 16-byte access when Aligned, else P = 1), and back.
+template <bool Aligned, class T, int P>
+__device__ __forceinline__ void load_elems(T (&e)[P], const T* z, int64_t j0) {
+  if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
+  else e[0] = z[j0];
+}
+template <bool Aligned, class T, int P>
+__device__ __forceinline__ void store_elems(T* z, int64_t j0, const T (&e)[P]) {
+  if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(z + j0) = *reinterpret_cast<const Pack<T>*>(e);
+  else z[j0] = e[0];
+}
+
 // Storage T (f32, f64 or bf16), compute A = compute_t<T> (f32 for bf16): logits are read as
 // A, the gradient rounded to T once, the loss written as A.
 template <class T, class I, bool Aligned>
@@ -101,8 +113,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
     RowStats<A> mine{-static_cast<A>(INFINITY), A(0), kNoIndex};
     for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
       T e[P];
-      if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
-      else e[0] = z[j0];
+      load_elems<Aligned>(e, z, j0);
 #pragma unroll
       for (int u = 0; u < P; ++u) {
         const A v = load_as_compute(e[u]);
@@ -126,8 +137,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
       const A inv_sum = A(1) / row.sum;
       for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
         T e[P];
-        if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(e) = *reinterpret_cast<const Pack<T>*>(z + j0);
-        else e[0] = z[j0];
+        load_elems<Aligned>(e, z, j0);
 #pragma unroll
         for (int u = 0; u < P; ++u) {
           const int64_t j = j0 + u;
@@ -137,8 +147,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
           else g = (math::exp(load_as_compute(e[u]) - row.max) * inv_sum - (j == t ? A(1) : A(0))) * scale;
           e[u] = store_from_compute<T>(g);
         }
-        if constexpr (Aligned) *reinterpret_cast<Pack<T>*>(z + j0) = *reinterpret_cast<const Pack<T>*>(e);
-        else z[j0] = e[0];
+        store_elems<Aligned>(z, j0, e);
       }
     }
   }
