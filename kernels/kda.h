@@ -60,6 +60,9 @@ struct NaiveInputs {
   const Real* h0 = nullptr;       // [B,H,D,D] or nullptr (zero state)
   Real scale = 0;                 // 0: D^-1/2 (kernels/mixer.h)
   Gate gate;
+  // [B,T] or nullptr: 1 where a packed document starts; the state restarts at zero before
+  // that token (fla's cu_seqlens semantics; a start at t = 0 drops h0 and gives dh0 = 0).
+  const uint8_t* seg_start = nullptr;
 };
 template <class Real>
 struct NaiveGrads {    // every pointer required except dh0 (may be nullptr)

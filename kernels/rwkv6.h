@@ -90,6 +90,9 @@ struct NaiveInputs {
   const F* u = nullptr;   // [H,D]      bonus
   const F* h0 = nullptr;  // [B,H,D,D] or nullptr (zero state)
   F scale = 0;            // 0: D^-1/2 (kernels/mixer.h)
+  // [B,T] or nullptr: 1 where a packed document starts; the state restarts at zero before
+  // that token (fla's cu_seqlens semantics; a start at t = 0 drops h0 and gives dh0 = 0).
+  const uint8_t* seg_start = nullptr;
 };
 template <class F>
 struct NaiveGrads {  // every pointer required except dh0 (may be nullptr)

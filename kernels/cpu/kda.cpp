@@ -109,7 +109,8 @@ void seq_forward(const NaiveInputs<Real>& in, const SeqTokens<Real>& s, int64_t 
   if (in.h0) std::copy_n(in.h0 + (b * H + h) * D * D, D * D, S.begin());
   if (traj) traj->resize(static_cast<size_t>(T + 1) * D * D);
   for (int64_t t = 0; t < T; ++t) {
-    if (traj) std::copy(S.begin(), S.end(), traj->begin() + t * D * D);
+    if (traj) std::copy(S.begin(), S.end(), traj->begin() + t * D * D);  // S_{t-1} before a restart
+    if (in.seg_start && in.seg_start[b * T + t]) std::fill(S.begin(), S.end(), Real(0));
     const Real* kh = &s.kh[t * D];
     const Real* qh = &s.qh[t * D];
     for (int i = 0; i < D; ++i) {
@@ -171,6 +172,7 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
   for_each_head(H, [&](int64_t h) {
     std::vector<Real> traj, dS(static_cast<size_t>(D) * D), Sa(static_cast<size_t>(D) * D);
     std::vector<Real> p(D), delta(D), ddelta(D), dp(D), dqh(D), dkh(D), dg(D);
+    const std::vector<Real> zeros(static_cast<size_t>(D) * D, Real(0));  // the state at a document start
     for (int64_t b = 0; b < B; ++b) {
       SeqTokens<Real> s = seq_tokens(in, b, h);
       seq_forward<Real>(in, s, b, h, nullptr, nullptr, &traj);
@@ -181,7 +183,8 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
         const Real* kh = &s.kh[t * D];
         const Real* qh = &s.qh[t * D];
         const Real* St = &traj[(t + 1) * D * D];
-        const Real* Sp = &traj[t * D * D];
+        const bool restart = in.seg_start && in.seg_start[b * T + t];
+        const Real* Sp = restart ? zeros.data() : &traj[t * D * D];
         const Real* dot = dO + row;
         const Real beta = s.beta[t];
         for (int i = 0; i < D; ++i) {
@@ -230,6 +233,8 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
           dkh[i] += acc_k;
           dg[i] = acc_g;
         }
+        // a document starts at t: S_{t-1} was replaced by zero, nothing flows back past it
+        if (restart) std::fill(dS.begin(), dS.end(), Real(0));
         // L2 norm, gate and beta backward.
         Real dotq = 0, dotk = 0;
         for (int d = 0; d < D; ++d) {

@@ -109,6 +109,7 @@ void naive_forward(const NaiveInputs<F>& in, F* o, F* ht) {
     for (int64_t h = 0; h < d.H; ++h) {
       for (int64_t i = 0; i < D * D; ++i) S[i] = h0 ? h0[(b * d.H + h) * D * D + i] : F(0);
       for (int64_t t = 0; t < d.T; ++t) {
+        if (in.seg_start && in.seg_start[b * d.T + t]) std::fill(S.begin(), S.end(), F(0));
         const F* rt = r + tok(d, b, t, h, 0);
         const F* kt = k + tok(d, b, t, h, 0);
         const F* vt = v + tok(d, b, t, h, 0);
@@ -148,6 +149,7 @@ void naive_backward(const NaiveInputs<F>& in, const F* dO, const F* dht, const N
         const F* kt = k + tok(d, b, t, h, 0);
         const F* vt = v + tok(d, b, t, h, 0);
         const F* wt = w + tok(d, b, t, h, 0);
+        if (in.seg_start && in.seg_start[b * T + t]) std::fill_n(&states[t * D * D], D * D, F(0));
         const F* Sp = &states[t * D * D];
         F* Sn = &states[(t + 1) * D * D];
         for (int64_t i = 0; i < D; ++i) {
@@ -188,6 +190,8 @@ void naive_backward(const NaiveInputs<F>& in, const F* dO, const F* dht, const N
           const F decay = std::exp(wt[i]);
           for (int64_t j = 0; j < D; ++j) dS[i * D + j] = decay * dS[i * D + j] + scale * rt[i] * dot[j];
         }
+        // a document starts at t: S_{t-1} was replaced by zero, nothing flows back past it
+        if (in.seg_start && in.seg_start[b * T + t]) std::fill(dS.begin(), dS.end(), F(0));
       }
       if (dh0)
         for (int64_t i = 0; i < D * D; ++i) dh0[(b * d.H + h) * D * D + i] = dS[i];
