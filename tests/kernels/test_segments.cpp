@@ -98,8 +98,8 @@ TEST_CASE("kda naive: packed documents equal separate sequences", "[kernels][kda
       r.ht.resize(kH * kD * kD);
       r.dh0.assign(kH * kD * kD, 0.0);
       kda::naive_forward<double>(in, o.data(), r.ht.data());
-      kda::NaiveGrads<double> g{dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(),
-                                r.dh0.data()};
+      kda::NaiveGrads<double> g{dq.data(), dk.data(), dv.data(),  df.data(),
+                                db.data(), dA.data(), ddt.data(), r.dh0.data()};
       kda::naive_backward<double>(in, dO_.data(), use_dht ? dht.data() : nullptr, g);
       r.per_token = {o, dq, dk, dv, df, db};
       return r;
