@@ -192,6 +192,16 @@ def patch_instances(model):
             m.act_fn = lambda x: F.relu(x).pow(2)
 
 
+def tie_as_mapping(model_class):
+    """transformers >= 5 reads _tied_weights_keys as {tied: source}; fla's models still give a
+    list, which such a transformers rejects when the config ties the embeddings."""
+    if isinstance(getattr(model_class, "_tied_weights_keys", None), list):
+        import transformers
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            model_class._tied_weights_keys = {"lm_head.weight": "model.embeddings.weight"}
+    return model_class
+
+
 def build_model(config_path):
     with open(config_path) as f:
         cfg = json.load(f)
@@ -199,10 +209,10 @@ def build_model(config_path):
     kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", "torch_dtype")}
     if model_type == "kda":
         from fla.models import KDAConfig, KDAForCausalLM
-        return KDAForCausalLM(KDAConfig(**kwargs)), cfg
+        return tie_as_mapping(KDAForCausalLM)(KDAConfig(**kwargs)), cfg
     if model_type == "rwkv6":
         from fla.models import RWKV6Config, RWKV6ForCausalLM
-        return RWKV6ForCausalLM(RWKV6Config(**kwargs)), cfg
+        return tie_as_mapping(RWKV6ForCausalLM)(RWKV6Config(**kwargs)), cfg
     raise ValueError(f"{config_path}: unknown model_type {model_type!r} (expected kda | rwkv6)")
 
 
