@@ -13,8 +13,10 @@
 //                         into scratch[slot]. When even one warp's partial exceeds the 48 KiB
 //                         of static shared memory (L > 6144 with a bias, 12288 without), the
 //                         block is one warp accumulating straight into scratch[slot].
-//   norm_weight_reduce    thread per (acc, h, j): dw[h, j] += sum_{s < S} scratch[s P + h]
-//                         in ascending s.
+//   norm_weight_reduce    warp per (acc, h, j): dw[h, j] += sum_{s < S} scratch[s P + h], each
+//                         lane summing the slots s = lane (mod 32) in ascending s, then a
+//                         butterfly over the lanes (S reaches 1024: a thread per output was
+//                         a 1024-long serial chain).
 // Every launch is deterministic: the same inputs give bit-identical outputs run to run.
 // Summation orders differ from the CPU twin's (compare with a tolerance).
 #include "kernels/cuda/grid.h"
@@ -164,12 +166,18 @@ __global__ void norm_weight_reduce(NormParams p, int64_t slices) {
   const float* scratch = static_cast<const float*>(p.scratch);  // [G, acc, L]
   const int64_t L = p.len, P = p.period;
   const int64_t nacc = p.bias ? 2 : 1;
-  for (int64_t i = global_thread(); i < nacc * P * L; i += grid_threads()) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t nwarps = grid_threads() / kWarp;
+  // warp-uniform loop: every lane reaches the butterfly
+  for (int64_t i = global_thread() / kWarp; i < nacc * P * L; i += nwarps) {
     const int64_t a = i / (P * L), hj = i % (P * L), h = hj / L, j = hj % L;
     float sum = 0.0f;
-    for (int64_t s = 0; s < slices; ++s) sum += scratch[((s * P + h) * nacc + a) * L + j];
-    float* out = static_cast<float*>(a == 0 ? p.dw : p.db);
-    out[hj] += sum;
+    for (int64_t s = lane; s < slices; s += kWarp) sum += scratch[((s * P + h) * nacc + a) * L + j];
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      float* out = static_cast<float*>(a == 0 ? p.dw : p.db);
+      out[hj] += sum;
+    }
   }
 }
 
@@ -191,7 +199,7 @@ void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
   auto rows_kernel = norm_backward_rows<T>;
   LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices, in_smem);
   const int64_t outputs = (p.bias ? 2 : 1) * p.period * p.len;
-  LT_LAUNCH(norm_weight_reduce, grid_for(outputs), kThreads, 0, stream, p, slices);
+  LT_LAUNCH(norm_weight_reduce, grid_for(outputs * kWarp), kThreads, 0, stream, p, slices);
 }
 
 }  // namespace
