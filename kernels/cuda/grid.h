@@ -25,4 +25,12 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 
 inline cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
+// 16 bytes of T: what one vector load or store of the dense elementwise paths moves.
+template <class T>
+struct alignas(16) Vec16 {
+  static constexpr int n = 16 / static_cast<int>(sizeof(T));
+  T v[n];
+};
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace lt::kern::cuda

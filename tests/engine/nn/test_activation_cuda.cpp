@@ -60,6 +60,14 @@ TEST_CASE("cuda activations match the CPU", "[nn][activation][cuda]") {
     CHECK(gpu_vs_cpu({a, dy}, [](const std::vector<Tensor>& t) {
             return std::vector<Tensor>{nn::sqrelu_forward(t[0]), nn::sqrelu_backward(t[1], t[0])};
           }) < tol);
+    // views at an odd element offset: misaligned operands take the element path (the aligned
+    // tensors above take the 16-byte path and its tail)
+    auto flat = [](const Tensor& x) { return x.reshape({x.numel()}); };
+    CHECK(gpu_vs_cpu({flat(a), flat(b), flat(dy)}, [](const std::vector<Tensor>& t) {
+            auto part = [](const Tensor& x) { return x.narrow(0, 1, x.size(0) - 1); };
+            auto g = nn::swiglu_backward(part(t[2]), part(t[0]), part(t[1]));
+            return std::vector<Tensor>{nn::swiglu_forward(part(t[0]), part(t[1])), g.da, g.db};
+          }) < tol);
     // token shift is exact arithmetic in the compute type: bit-identical results
     CHECK(gpu_vs_cpu({a, dy}, [](const std::vector<Tensor>& t) {
             return std::vector<Tensor>{nn::token_shift_forward(t[0]), nn::token_shift_backward(t[1])};
