@@ -5,7 +5,13 @@
 //               order as the CPU);
 //   len >= 256: one 256-thread block per output element: each thread accumulates a strided
 //               part of the line, then a shared-memory tree combines the 256 partials
-//               (deterministic, but not the CPU's order: compare with a tolerance).
+//               (deterministic, but not the CPU's order: compare with a tolerance);
+//   len >= 256 over an outer dim (adjacent outputs read adjacent inputs: the column sums
+//               of a [len, n] matrix, e.g. a bias gradient): a line per block read a column,
+//               one 4-byte word of each 32-byte sector; instead a block takes kColumns
+//               adjacent columns with kColumnGroups row groups (a warp reads whole sectors
+//               of 4 rows), each thread sums its rows in ascending order and a shared-memory
+//               tree combines the groups (deterministic).
 #include "kernels/cuda/grid.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/launch.h"
@@ -69,9 +75,51 @@ __global__ void reduce_line_per_block(ReduceParams p) {
   }
 }
 
+constexpr int kColumns = 8;         // adjacent outputs per block: 32 bytes of f32 per row
+constexpr int kColumnGroups = 128;  // row groups per block (kColumns * kColumnGroups threads)
+
+// Outputs whose innermost iteration dim is unit-stride in the input (column sums: line i
+// is in[off(i) + j in_stride], off(i + 1) = off(i) + 1 within a row of outputs).
+template <class T, bool IsMax>
+__global__ void reduce_columns(ReduceParams p) {
+  using C = compute_t<T>;
+  __shared__ C partial[kColumnGroups][kColumns];
+  T* out = static_cast<T*>(p.it.data[0]);
+  const T* in = static_cast<const T*>(p.it.data[1]);
+  const int col = static_cast<int>(threadIdx.x) % kColumns, grp = static_cast<int>(threadIdx.x) / kColumns;
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * kColumns; i0 < p.it.numel;
+       i0 += static_cast<int64_t>(gridDim.x) * kColumns) {
+    const int64_t i = i0 + col;
+    int64_t o[2] = {0, 0};
+    C acc = C(0);
+    if (i < p.it.numel) {
+      iter_offsets<2>(p.it, i, o);
+      const T* line = in + o[1];
+      // every group has at least one row since len >= kBlockReduceMinLen > kColumnGroups
+      acc = load_as_compute(line[grp * p.in_stride]);
+      for (int64_t j = grp + kColumnGroups; j < p.len; j += kColumnGroups)
+        acc = combine<C, IsMax>(acc, load_as_compute(line[j * p.in_stride]));
+    }
+    partial[grp][col] = acc;
+    __syncthreads();
+    for (int s = kColumnGroups / 2; s > 0; s /= 2) {
+      if (grp < s) partial[grp][col] = combine<C, IsMax>(partial[grp][col], partial[grp + s][col]);
+      __syncthreads();
+    }
+    if (grp == 0 && i < p.it.numel) out[o[0]] = store_from_compute<T>(partial[0][col]);
+    __syncthreads();  // partial[] is reused by the next columns
+  }
+}
+
 template <class T, bool IsMax>
 void launch_reduce(const ReduceParams& p, cudaStream_t stream) {
-  if (p.len >= kBlockReduceMinLen) {
+  static_assert(kColumnGroups < kBlockReduceMinLen);
+  if (p.len >= kBlockReduceMinLen && p.it.ndim >= 1 && p.it.strides[1][p.it.ndim - 1] == 1 && p.in_stride > 1) {
+    auto kernel = reduce_columns<T, IsMax>;
+    const int64_t need = (p.it.numel + kColumns - 1) / kColumns;
+    const int64_t blocks = need < kMaxBlocks ? need : kMaxBlocks;
+    LT_LAUNCH(kernel, dim3(static_cast<unsigned>(blocks)), kColumns * kColumnGroups, 0, stream, p);
+  } else if (p.len >= kBlockReduceMinLen) {
     auto kernel = reduce_line_per_block<T, IsMax>;
     const int64_t blocks = p.it.numel < kMaxBlocks ? p.it.numel : kMaxBlocks;
     LT_LAUNCH(kernel, dim3(static_cast<unsigned>(blocks)), kReduceThreads, 0, stream, p);

@@ -186,6 +186,19 @@ TEST_CASE("cuda: reductions, cumsum, shape ops match the CPU", "[engine][cuda]")
         CHECK(gpu_vs_cpu({x}, [&](const std::vector<Tensor>& t) { return ops::mean(t[0], d, false); }) <= tol);
       }
       CHECK(gpu_vs_cpu({x}, [](const std::vector<Tensor>& t) { return ops::sum_all(t[0]); }) <= 1e-2);
+      // column sums of [len, n] (long lines over the outer dim: the column kernel), n below,
+      // at and above a block's 8 columns
+      for (int64_t n : {3, 8, 771}) {
+        if (len < 256) continue;
+        INFO("columns: len " << len << " n " << n);
+        const double tol = dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 1e-5 : 2e-2;
+        Tensor m = test::random_tensor({len, n}, 40 + n, dt);
+        CHECK(gpu_vs_cpu({m}, [](const std::vector<Tensor>& t) { return ops::sum(t[0], 0, false); }) <= tol);
+        CHECK(gpu_vs_cpu({m}, [](const std::vector<Tensor>& t) { return ops::max(t[0], 0, false); }) == 0.0);
+        // the middle dim of [2, len, n]: outputs [2, n], rows of columns
+        Tensor m3 = test::random_tensor({2, len, n}, 50 + n, dt);
+        CHECK(gpu_vs_cpu({m3}, [](const std::vector<Tensor>& t) { return ops::sum(t[0], 1, false); }) <= tol);
+      }
     }
     Tensor y = test::random_tensor({4, 8, 6}, 30, dt).permute({2, 0, 1});
     for (int64_t d : {0, 1, 2})
