@@ -5,6 +5,9 @@
 // pass over a row is a coalesced sweep), 8 warps a block, warps stride over the rows. Row sums
 // are a per-lane sequential sum and a butterfly (xor-shuffle) tree: deterministic.
 // Backward, two launches:
+//   norm_backward_rows_vec  rows of L = 32 x 16 bytes x (1..4) (768 bf16, 512 f32), aligned:
+//                         each lane reads its 16-byte vectors of x, dy (g) once into registers
+//                         and runs both passes from them; otherwise
 //   norm_backward_rows    one block per weight-gradient slot (kernels/norm.h); its warps take
 //                         the slot's rows in turn, one warp a row: dx (and dg) written, and
 //                         e xh (and e) added into the warp's own [acc, L] partial in shared
@@ -162,6 +165,104 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
   }
 }
 
+// norm_backward_rows for rows that fit a warp's registers: L = nv 32 n (n = 16 bytes of T,
+// nv <= NV) and every row operand 16-byte aligned. Lane l holds vectors k 32 + l (k < nv) of x,
+// dy (and g), read once with 16-byte loads; both passes run from the registers and dx (dg)
+// leave as 16-byte stores. Partials always in shared memory. Same math, same slots.
+template <class T, int NV>
+__global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
+  using V = Vec16<T>;
+  constexpr int n = V::n;
+  extern __shared__ float smem_partial[];  // [warps, acc, L]
+  const V* x = static_cast<const V*>(p.x);
+  const V* g = static_cast<const V*>(p.g);
+  const V* dy = static_cast<const V*>(p.dy);
+  const float* w = static_cast<const float*>(p.w);
+  const float* b = static_cast<const float*>(p.b);
+  const float* mean = static_cast<const float*>(p.mean);
+  const float* rstd = static_cast<const float*>(p.rstd);
+  V* dx = static_cast<V*>(p.dx);
+  V* dg = static_cast<V*>(p.dg);
+  float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+  const int64_t L = p.len, P = p.period;
+  const int nv = static_cast<int>(L / (kWarp * n));  // vectors per lane
+  const int64_t rowv = L / n;                        // vectors per row
+  const int64_t nacc = p.bias ? 2 : 1;
+  const int64_t slot = blockIdx.x, h = slot % P, s = slot / P;
+  const float inv_len = 1.0f / static_cast<float>(L);
+  float* acc_w = smem_partial + warp * nacc * L;  // [L]
+  float* acc_b = acc_w + L;                       // [L] (bias)
+  for (int64_t j = lane; j < nacc * L; j += kWarp) acc_w[j] = 0.0f;
+  __syncwarp();  // the lanes zeroed other columns than they accumulate below
+  const int64_t per_head = p.rows / P;
+  const int64_t m_end = norm_slice_begin(per_head, slices, s + 1);
+  const float* wh = w + h * L;
+  const float* bh = p.bias ? b + h * L : nullptr;
+  for (int64_t m = norm_slice_begin(per_head, slices, s) + warp; m < m_end; m += nwarps) {
+    const int64_t r = h + P * m;
+    V xv[NV], dyv[NV], gv[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k < nv) {
+        xv[k] = x[r * rowv + k * kWarp + lane];
+        dyv[k] = dy[r * rowv + k * kWarp + lane];
+        if (p.gate) gv[k] = g[r * rowv + k * kWarp + lane];
+      }
+    const float mu = p.center ? mean[r] : 0.0f;
+    const float rs = rstd[r];
+    float sum_d = 0.0f, sum_dxh = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k >= nv) continue;
+      V dgv;
+#pragma unroll
+      for (int e = 0; e < n; ++e) {
+        const int64_t j = (k * kWarp + lane) * n + e;
+        const float xh = (load_as_compute(xv[k].v[e]) - mu) * rs;
+        float ee = load_as_compute(dyv[k].v[e]);
+        if (p.gate) {
+          const float sg = sigmoidf(load_as_compute(gv[k].v[e]));
+          const float pre = xh * wh[j] + (p.bias ? bh[j] : 0.0f);
+          dgv.v[e] = store_from_compute<T>(ee * pre * sg * (1.0f - sg));
+          ee *= sg;
+        }
+        const float d = ee * wh[j];
+        sum_d += d;
+        sum_dxh += d * xh;
+        acc_w[j] += ee * xh;
+        if (p.bias) acc_b[j] += ee;
+      }
+      if (p.gate) dg[r * rowv + k * kWarp + lane] = dgv;
+    }
+    const float c1 = p.center ? warp_sum(sum_d) * inv_len : 0.0f;
+    const float c2 = warp_sum(sum_dxh) * inv_len;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k >= nv) continue;
+      V dxv;
+#pragma unroll
+      for (int e = 0; e < n; ++e) {
+        const int64_t j = (k * kWarp + lane) * n + e;
+        const float xh = (load_as_compute(xv[k].v[e]) - mu) * rs;
+        float ee = load_as_compute(dyv[k].v[e]);
+        if (p.gate) ee *= sigmoidf(load_as_compute(gv[k].v[e]));
+        dxv.v[e] = store_from_compute<T>(rs * (ee * wh[j] - c1 - xh * c2));
+      }
+      dx[r * rowv + k * kWarp + lane] = dxv;
+    }
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < nacc * L; k += blockDim.x) {
+    float sum = 0.0f;
+    for (int v = 0; v < nwarps; ++v) sum += smem_partial[v * nacc * L + k];
+    scratch[slot * nacc * L + k] = sum;
+  }
+}
+
+// Most 16-byte vectors a lane holds per row operand on the register path.
+constexpr int kNormVecMax = 4;
+
 __global__ void norm_weight_reduce(NormParams p, int64_t slices) {
   const float* scratch = static_cast<const float*>(p.scratch);  // [G, acc, L]
   const int64_t L = p.len, P = p.period;
@@ -196,8 +297,16 @@ void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
   while (warps > 1 && warps * partial_bytes > kPartialSmemBytes) warps /= 2;
   const bool in_smem = warps * partial_bytes <= kPartialSmemBytes;
   const size_t smem = in_smem ? static_cast<size_t>(warps * partial_bytes) : 0;
-  auto rows_kernel = norm_backward_rows<T>;
-  LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices, in_smem);
+  constexpr int64_t per_vec = kWarp * Vec16<T>::n;  // elements a warp covers per vector step
+  const bool vec = in_smem && p.len % per_vec == 0 && p.len / per_vec <= kNormVecMax && aligned16(p.x) &&
+                   aligned16(p.dy) && aligned16(p.dx) && (!p.gate || (aligned16(p.g) && aligned16(p.dg)));
+  if (vec) {
+    auto rows_kernel = norm_backward_rows_vec<T, kNormVecMax>;
+    LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices);
+  } else {
+    auto rows_kernel = norm_backward_rows<T>;
+    LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices, in_smem);
+  }
   const int64_t outputs = (p.bias ? 2 : 1) * p.period * p.len;
   LT_LAUNCH(norm_weight_reduce, grid_for(outputs * kWarp), kThreads, 0, stream, p, slices);
 }

@@ -1,8 +1,9 @@
 // Norm layers, CUDA against the CPU on the same random inputs (never zeros): every form, f32
 // and bf16, odd row lengths and row counts (L = 100, rows not a multiple of a block's
-// warps), model-sized shapes with many weight-gradient slots, and rows long enough for the
-// backward's global-memory partials (L = 6200). Outputs and scratch NaN-poisoned through the
-// allocator's poison mode, so an unwritten element fails. The weight gradients start from
+// warps), model-sized shapes with many weight-gradient slots, rows long enough for the
+// backward's global-memory partials (L = 6200) and rows of its register path (L = 256, 512,
+// 768). Outputs and scratch NaN-poisoned through the allocator's poison mode, so an
+// unwritten element fails. The weight gradients start from
 // the same random values on both sides (they are accumulated). Also: bit-identical results
 // run to run on the device. Runs only with a GPU (the cuda test main exits 77 otherwise).
 #include <catch2/catch.hpp>
@@ -29,8 +30,9 @@ double act_tol(DType dt) { return dt == DType::f32 ? 1e-5 : 8e-3; }
 constexpr double kParamTol = 1e-5;
 
 std::vector<Shape> shapes_for(NormForm f) {
-  if (f == NormForm::group) return {{3, 37, 3, 20}, {2, 129, 12, 64}, {2, 5, 2, 6200}};
-  std::vector<Shape> s = {{2, 37, 100}, {4, 129, 768}, {3, 7, 6200}};
+  // L = 256, 512, 768: rows that fit the backward's register path (kernels/cuda/norm.cu)
+  if (f == NormForm::group) return {{3, 37, 3, 20}, {2, 129, 12, 64}, {2, 5, 2, 6200}, {2, 33, 4, 256}};
+  std::vector<Shape> s = {{2, 37, 100}, {4, 129, 768}, {3, 7, 6200}, {2, 33, 512}};
   if (f == NormForm::gated) s.push_back({8, 512, 12, 64});  // KDA's o_norm at B = 8, T = 512
   return s;
 }
