@@ -54,7 +54,7 @@ struct NormParams {
 
 // Rows per weight-gradient slot at least this many; at most kNormMaxSlots slots over all heads
 // (plus up to P - 1 from rounding S up). 8: a [4096, 768] backward fills 512 blocks (32 rows a
-// slot left 128 blocks of one row per warp on 132 SMs, latency-bound).
+// slot left 128 blocks on 132 SMs, each warp walking 4 rows in turn: latency-bound).
 inline constexpr int64_t kNormMinRowsPerSlot = 8;
 inline constexpr int64_t kNormMaxSlots = 1024;
 

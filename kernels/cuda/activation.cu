@@ -1,7 +1,7 @@
 // Activations, CUDA backend (twin: kernels/cpu/activation.cpp; math and shapes:
 // kernels/activation.h). One thread per element, or per 16 bytes of each operand when all
-// are aligned (grid-stride), the op a runtime argument (uniform across the grid). Deterministic; results match the CPU up to the last ulp or
-// so of the device's expf.
+// are aligned (grid-stride), the op a runtime argument (uniform across the grid).
+// Deterministic; results match the CPU up to the last ulp or so of the device's expf.
 #include "kernels/activation.h"
 #include "kernels/cuda/grid.h"
 #include "kernels/elementwise_ops.h"
