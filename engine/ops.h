@@ -151,6 +151,11 @@ Tensor l2norm_backward(const Tensor& dy, const Tensor& y, const Tensor& rstd);
 Tensor pad(const Tensor& x, int64_t d, int64_t before, int64_t after, double value = 0.0);
 // Concatenates along dim d; all other dims equal; same dtype and device.
 Tensor cat(const std::vector<Tensor>& xs, int64_t d);
+// Rows of x [N, ...] picked by index [M] i32: out [M, ...], out[m] = x[index[m]], or `fill`
+// where index[m] is -1 (or outside [0, N)). Float dtypes; one launch (kernels/gather.h).
+// Packed documents use it to move a batch into the mixers' layout and back
+// (engine/mixers/segments.h).
+Tensor gather_rows(const Tensor& x, const Tensor& index, double fill = 0.0);
 // Fresh contiguous copy in `dtype` (same as x.to(dtype) but always copies). f32 -> bf16/f16
 // round to nearest even (NaN stays NaN, overflow -> inf); f64 -> bf16/f16 rounds via f32
 // (as PyTorch does); float -> int truncates toward zero; int -> float rounds to nearest.

@@ -1,10 +1,11 @@
-// Shape and dtype ops (engine/ops.h): pad, cat, convert; and the test comparisons.
+// Shape and dtype ops (engine/ops.h): pad, cat, gather_rows, convert; and the test comparisons.
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "engine/detail.h"
 #include "engine/ops.h"
+#include "kernels/gather.h"
 
 namespace lt::ops {
 
@@ -21,6 +22,32 @@ Tensor pad(const Tensor& x, int64_t d, int64_t before, int64_t after, double val
   if (before > 0) out.narrow(d, 0, before).fill_(value);
   if (after > 0) out.narrow(d, before + x.size(d), after).fill_(value);
   out.narrow(d, before, x.size(d)).copy_(x);
+  return out;
+}
+
+Tensor gather_rows(const Tensor& x, const Tensor& index, double fill) {
+  detail::check_defined(x, "gather_rows");
+  detail::check_defined(index, "gather_rows");
+  if (x.dim() == 0) throw std::invalid_argument("gather_rows: rank-0 tensor");
+  if (index.dim() != 1 || index.dtype() != DType::i32)
+    throw std::invalid_argument("gather_rows: index must be [M] i32, got " + shape_str(index.shape()) + " " +
+                                dtype_name(index.dtype()));
+  detail::check_same_device(x, index, "gather_rows");
+  Shape sh = x.shape();
+  sh[0] = index.size(0);
+  Tensor out = Tensor::empty(sh, x.dtype(), x.device());
+  const Tensor xc = x.contiguous(), ic = index.contiguous();
+  kern::GatherRowsParams p;
+  p.rows_in = x.size(0);
+  p.rows_out = index.size(0);
+  p.width = 1;
+  for (int64_t i = 1; i < x.dim(); ++i) p.width *= x.size(i);
+  p.x = xc.data_ptr();
+  p.index = ic.data<int32_t>();
+  p.out = out.data_ptr();
+  p.fill = fill;
+  detail::Exec ex(x.device());
+  ex.k.gather_rows(x.dtype(), p, ex.stream);
   return out;
 }
 

@@ -121,6 +121,11 @@ struct FusedArgs {
   const float* A_log = nullptr;    // [H]
   const float* dt_bias = nullptr;  // [H,D]
   const float* h0 = nullptr;       // [B,H,D,D] or nullptr
+  // Packed documents: [B, NT] or nullptr; 1 where chunk n of row b starts a segment, whose
+  // state restarts at zero (h[n] = 0; no gradient flows back across it; a reset at n = 0
+  // drops h0 and gives dh0 = 0). Segments start on chunk boundaries only: the engine lays
+  // documents out so (engine/mixers/segments.h).
+  const int32_t* chunk_reset = nullptr;
   // forward outputs
   void* o = nullptr;    // [B,T,H,D]
   float* ht = nullptr;  // [B,H,D,D] or nullptr

@@ -134,12 +134,13 @@ enum class BwdImpl : int {
 const char* bwd_impl_name(BwdImpl impl);          // "fused" | "fallback"
 BwdImpl parse_bwd_impl(const std::string& name);  // throws std::invalid_argument naming it
 
+// chunk_reset: [B, NT] or nullptr, FusedArgs::chunk_reset's meaning (packed documents).
 template <class F>
 void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht,
-                      Variant var = Variant::simt);
+                      Variant var = Variant::simt, const int32_t* chunk_reset = nullptr);
 template <class F>
 void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO, const F* dht, F* dh, F* dh0,
-                       Variant var = Variant::simt);
+                       Variant var = Variant::simt, const int32_t* chunk_reset = nullptr);
 template <class F>
 void chunk_output(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h, F* o,
                   Variant var = Variant::simt);
@@ -156,11 +157,11 @@ void du_reduce(const Dims& d, const F* du_part, F* du);
 // Convenience: the whole chunked forward / backward through the twins (scratch inside).
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                       F* o, F* ht, Variant var = Variant::simt);
+                       F* o, F* ht, Variant var = Variant::simt, const int32_t* chunk_reset = nullptr);
 template <class F>
 void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v, const F* w,
                         const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0,
-                        Variant var = Variant::simt);
+                        Variant var = Variant::simt, const int32_t* chunk_reset = nullptr);
 
 // ---------------------------------------------------------------------------------------
 // 3. CUDA (kernels/cuda/rwkv6/, launches in launch.cu). Raw device pointers; every buffer below comes from the
@@ -178,8 +179,12 @@ struct FusedArgs {
   const void* w = nullptr;    // [B,T,H,D]
   const float* u = nullptr;   // [H,D]
   const float* h0 = nullptr;  // [B,H,D,D] or nullptr
-  void* o = nullptr;          // [B,T,H,D]
-  float* ht = nullptr;        // [B,H,D,D] or nullptr
+  // Packed documents: [B, NT] or nullptr; 1 where chunk n of row b starts a segment, whose
+  // state restarts at zero (h[n] = 0; dh[n - 1] = 0, dh0 = 0 for n = 0). Segments start on
+  // chunk boundaries only: the engine lays documents out so (engine/mixers/segments.h).
+  const int32_t* chunk_reset = nullptr;
+  void* o = nullptr;    // [B,T,H,D]
+  float* ht = nullptr;  // [B,H,D,D] or nullptr
   // backward inputs / outputs
   const void* dO = nullptr;    // [B,T,H,D]
   const float* dht = nullptr;  // [B,H,D,D] or nullptr

@@ -148,6 +148,9 @@ using ConvKernel = void(ConvPass, DType, const ConvParams&, uintptr_t stream);
 enum class LerpOp : uint8_t;
 struct LerpParams;
 using LerpKernel = void(LerpOp, DType, const LerpParams&, uintptr_t stream);
+// Row gather with a fill (kernels/gather.h): dtype is x's and out's.
+struct GatherRowsParams;
+using GatherRowsKernel = void(DType, const GatherRowsParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -169,7 +172,8 @@ using LerpKernel = void(LerpOp, DType, const LerpParams&, uintptr_t stream);
   X(cross_entropy, CrossEntropyKernel) \
   X(norm, NormKernel)                  \
   X(conv, ConvKernel)                  \
-  X(lerp, LerpKernel)
+  X(lerp, LerpKernel)                  \
+  X(gather_rows, GatherRowsKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;

@@ -82,7 +82,7 @@ int run_kda_bench(const KdaBenchOptions& o) {
     mixers::KdaOutput out;
     {
       StageScope st("fwd/kda");
-      out = mixers::kda_forward({s.q, s.k, s.v, s.f, s.b, A_log, dt_bias, Tensor()}, cfg);
+      out = mixers::kda_forward({s.q, s.k, s.v, s.f, s.b, A_log, dt_bias, Tensor(), Tensor()}, cfg);
     }
     mark(1);
     mixers::KdaGrads g;

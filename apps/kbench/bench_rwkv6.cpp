@@ -100,7 +100,7 @@ int run_rwkv6_bench(const Rwkv6BenchOptions& o) {
       mixers::Rwkv6Output out;
       {
         StageScope st("fwd/rwkv6");
-        out = mixers::rwkv6_forward({s.r, s.k, s.v, s.w, u, Tensor()}, c);
+        out = mixers::rwkv6_forward({s.r, s.k, s.v, s.w, u, Tensor(), Tensor()}, c);
       }
       mark(1);
       {

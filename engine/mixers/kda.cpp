@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
+#include "engine/mixers/segments.h"
 #include "engine/ops.h"
 
 namespace lt::mixers {
@@ -72,6 +73,7 @@ kda::Dims dims_of(const KdaInputs& in, const KdaConfig& cfg) {
   for (const Tensor* t : {&in.k, &in.v, &in.f, &in.b})
     if (t->dtype() != in.q.dtype()) throw std::invalid_argument("kda: q, k, v, f, b must share one dtype");
   if (chunk < 1) throw std::invalid_argument("kda: chunk must be >= 1 (or 0: auto), got " + std::to_string(cfg.chunk));
+  check_chunk_reset(in.chunk_reset, d.B, d.NT(), in.q.device(), "kda");
   return d;
 }
 
@@ -93,6 +95,8 @@ KdaOutput naive_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kd
   ni.A_log = A.data();
   ni.dt_bias = dt.data();
   ni.h0 = in.h0.defined() ? h0.data() : nullptr;
+  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
+  ni.seg_start = seg.token_starts();
   ni.scale = cfg.scale;
   ni.gate = cfg.gate;
   std::vector<double> o(q.size()), ht(static_cast<size_t>(d.B * d.H * d.D * d.D));
@@ -120,6 +124,8 @@ KdaGrads naive_backward_path(const KdaSaved& s, const Tensor& dO, const Tensor& 
   ni.A_log = A.data();
   ni.dt_bias = dt.data();
   ni.h0 = s.has_h0 ? h0.data() : nullptr;
+  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
+  ni.seg_start = seg.token_starts();
   ni.scale = s.cfg.scale;
   ni.gate = s.cfg.gate;
   std::vector<double> dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()), dA(A.size()),
@@ -206,7 +212,9 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
 
   Tensor St = in.h0.defined() ? in.h0.to(cdt).contiguous() : Tensor::zeros({B, H, D, D}, cdt, dev);
   std::vector<Tensor> hs, deltas, outs;
+  const Tensor keep = keep_mask(in.chunk_reset, cdt);
   for (int64_t n = 0; n < NT; ++n) {
+    if (keep.defined()) St = ops::mul(St, keep.select(1, n));  // a segment starts: S_in = 0
     hs.push_back(St.unsqueeze(2));
     const Tensor Wn = S.W.select(2, n), Un = S.U.select(2, n), Qn = S.Qt.select(2, n), Kn = S.Kb.select(2, n);
     const Tensor Dn = ops::sub(Un, ops::matmul(Wn, St));
@@ -238,6 +246,7 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
 
   const Tensor dOc = to_chunks(dO.to(cdt), d);
   Tensor Sp = dht.defined() ? dht.to(cdt).contiguous() : Tensor::zeros({B, H, D, D}, cdt, dev);
+  const Tensor keep = keep_mask(in.chunk_reset, cdt);
   std::vector<Tensor> dDs(static_cast<size_t>(NT)), dhs(static_cast<size_t>(NT));
   for (int64_t n = NT - 1; n >= 0; --n) {
     const Tensor dOn = dOc.select(2, n);
@@ -250,6 +259,7 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
     ops::matmul_out(next, S.Qt.select(2, n), dOn, true, false, scale, 1.0);
     ops::matmul_out(next, S.W.select(2, n), dDn, true, false, -1.0, 1.0);
     Sp = next;
+    if (keep.defined()) Sp = ops::mul(Sp, keep.select(1, n));  // S_in(n) = 0: no gradient before it
   }
   const Tensor dDelta = ops::cat(dDs, 2), dh = ops::cat(dhs, 2);
 
@@ -339,6 +349,7 @@ kda::FusedArgs fused_args(const KdaInputs& in, const KdaConfig& cfg, const kda::
   a.A_log = A_log.data<float>();
   a.dt_bias = dt_bias.data<float>();
   a.h0 = h0.defined() ? h0.data<float>() : nullptr;
+  a.chunk_reset = in.chunk_reset.defined() ? in.chunk_reset.data<int32_t>() : nullptr;
   return a;
 }
 
@@ -351,6 +362,7 @@ Tensor f32_contig(const Tensor& t) { return t.defined() ? t.to(DType::f32).conti
 KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const kda::Dims& d, KdaSaved& sv) {
   KdaInputs in = in_;
   for (Tensor* t : {&in.q, &in.k, &in.v, &in.f, &in.b}) *t = t->contiguous();
+  if (in.chunk_reset.defined()) in.chunk_reset = in.chunk_reset.contiguous();
   const Tensor A_log = f32_contig(in.A_log), dt_bias = f32_contig(in.dt_bias), h0 = f32_contig(in.h0);
   const Device dev = in.q.device();
   kda::FusedArgs a = fused_args(in, cfg, d, A_log, dt_bias, h0);

@@ -41,8 +41,13 @@ struct KdaConfig {
   bool tensor_cores = true;  // fused: scan kernels on tensor cores (false: fp32 CUDA cores)
 };
 
+// chunk_reset (packed documents; optional): [B, NT] i32 at the chunk kda_chunk gives (pass
+// cfg.chunk explicitly), 1 where chunk n of row b starts a segment whose state restarts at
+// zero (kernels/kda.h, FusedArgs::chunk_reset; engine/mixers/segments.h lays rows out so).
+// Every path takes it (naive: as a start at token n * chunk).
 struct KdaInputs {
   Tensor q, k, v, f, b, A_log, dt_bias, h0;
+  Tensor chunk_reset;
 };
 
 // What the backward needs; path-specific. Fused: the state trajectory h [B,H,NT,D,D] f32 and

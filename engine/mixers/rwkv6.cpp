@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/mixers/segments.h"
 #include "engine/ops.h"
 
 namespace lt::mixers {
@@ -51,6 +52,7 @@ Dims check_inputs(const Rwkv6Inputs& in, const Rwkv6Config& cfg) {
   if (h0.defined() && h0.shape() != Shape{d.B, d.H, d.D, d.D})
     fail("h0 must be [B, H, D, D] = " + shape_str({d.B, d.H, d.D, d.D}) + ", got " + shape_str(h0.shape()));
   if (h0.defined() && !(h0.device() == r.device())) fail("h0 must be on r's device");
+  check_chunk_reset(in.chunk_reset, d.B, d.NT(), r.device(), "rwkv6");
   return d;
 }
 
@@ -86,10 +88,11 @@ struct OpsChunk {
   Tensor ht;          // [B,H,D,D]
   Tensor ub;          // u as [1,H,1,1,D]
   Tensor eyeC;        // [C,C]
+  Tensor keep;        // [B,NT,1,1,1]: 0 where a chunk starts a segment (undefined: no resets)
 };
 
 OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& u,
-                            const Tensor& h0, const Dims& d, double scale, DType ct) {
+                            const Tensor& h0, const Tensor& chunk_reset, const Dims& d, double scale, DType ct) {
   OpsChunk c;
   const int64_t C = d.C, NT = d.NT();
   const Device dev = r.device();
@@ -116,8 +119,10 @@ OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, c
   Tensor U = ops::matmul(c.kd, c.v, true, false);  // [B,H,NT,D,D]
   c.egT = ops::exp(c.gamma).transpose(-1, -2);     // [B,H,NT,D,1]
   Tensor S = h0.defined() ? h0.to(ct).contiguous() : Tensor::zeros({d.B, d.H, d.D, d.D}, ct, dev);
+  c.keep = keep_mask(chunk_reset, ct);
   std::vector<Tensor> hs;
   for (int64_t n = 0; n < NT; ++n) {
+    if (c.keep.defined()) S = S * c.keep.select(1, n);  // a segment starts: S_in = 0
     hs.push_back(S.unsqueeze(2));
     S = c.egT.select(2, n) * S + U.select(2, n);
   }
@@ -128,7 +133,7 @@ OpsChunk ops_forward_chunks(const Tensor& r, const Tensor& k, const Tensor& v, c
 
 Rwkv6Output ops_forward(const Rwkv6Inputs& in, const Dims& d, double scale, bool want_ht) {
   const DType ct = state_dtype(in.r);
-  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale, ct);
+  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, in.chunk_reset, d, scale, ct);
   Tensor O = ops::matmul(c.q * ops::exp(c.ge), c.h) * scale + ops::matmul(c.A, c.v);
   Rwkv6Output out;
   out.o = from_chunks(O, d.T, in.r.dtype());
@@ -141,7 +146,7 @@ Rwkv6Grads ops_backward(const Rwkv6Inputs& in, const Tensor& dO_tokens, const Te
   const DType ct = state_dtype(in.r);
   const int64_t C = d.C, NT = d.NT();
   const Device dev = in.r.device();
-  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, d, scale, ct);
+  OpsChunk c = ops_forward_chunks(in.r, in.k, in.v, in.w, in.u, in.h0, in.chunk_reset, d, scale, ct);
   Tensor dO = to_chunks(dO_tokens, C, ct);
   Tensor dP = ops::tril(ops::matmul(dO, c.v, false, true), 0) * scale;  // [B,H,NT,C,C]
   // Reverse scan: dh[n] = gradient of the state leaving chunk n.
@@ -151,6 +156,7 @@ Rwkv6Grads ops_backward(const Rwkv6Inputs& in, const Tensor& dO_tokens, const Te
   for (int64_t n = NT - 1; n >= 0; --n) {
     dhs[n] = Sp.unsqueeze(2);
     Sp = c.egT.select(2, n) * Sp + G.select(2, n);
+    if (c.keep.defined()) Sp = Sp * c.keep.select(1, n);  // S_in(n) = 0: no gradient before it
   }
   Tensor dh = ops::cat(dhs, 2);
   Tensor dV = ops::matmul(c.A, dO, true, false) + ops::matmul(c.kd, dh);
@@ -196,9 +202,13 @@ Rwkv6Output cpu_forward(bool naive, const Rwkv6Inputs& in, const Dims& d, double
   std::vector<F> o(d.token_numel()), ht(d.state_numel());
   const F* h0p = in.h0.defined() ? H0.data() : nullptr;
   const F sc = static_cast<F>(scale);
+  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
   if (naive)
-    rwkv6::naive_forward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc}, o.data(), ht.data());
-  else rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data());
+    rwkv6::naive_forward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc, seg.token_starts()},
+                            o.data(), ht.data());
+  else
+    rwkv6::chunk_forward_cpu<F>(d, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, o.data(), ht.data(),
+                                rwkv6::Variant::simt, seg.chunk_resets());
   Rwkv6Output out;
   out.o = tensor_of(o, in.r.shape(), in.r.dtype(), in.r.device());
   if (want_ht) out.ht = tensor_of(ht, {d.B, d.H, d.D, d.D}, state_dtype(in.r), in.r.device());
@@ -216,12 +226,14 @@ Rwkv6Grads cpu_backward(bool naive, BwdImpl impl, const Rwkv6Inputs& in, const T
   const F sc = static_cast<F>(scale);
   const int64_t n = d.token_numel();
   std::vector<F> dr(n), dk(n), dv(n), dw(n), du(d.H * d.D), dh0(d.state_numel());
+  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
   if (naive)
-    rwkv6::naive_backward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc}, DO.data(), dhtp,
-                             {dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data()});
+    rwkv6::naive_backward<F>({d, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, sc, seg.token_starts()},
+                             DO.data(), dhtp, {dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data()});
   else
     rwkv6::chunk_backward_cpu<F>(d, impl, sc, R.data(), K.data(), V.data(), W.data(), U.data(), h0p, DO.data(), dhtp,
-                                 dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data());
+                                 dr.data(), dk.data(), dv.data(), dw.data(), du.data(), dh0.data(),
+                                 rwkv6::Variant::simt, seg.chunk_resets());
   Rwkv6Grads g;
   const Device dev = in.r.device();
   g.dr = tensor_of(dr, in.r.shape(), in.r.dtype(), dev);
@@ -246,6 +258,7 @@ Rwkv6Inputs cuda_prepare(const Rwkv6Inputs& in, const Dims& d) {
   c.r = in.r.contiguous(), c.k = in.k.contiguous(), c.v = in.v.contiguous(), c.w = in.w.contiguous();
   c.u = in.u.to(DType::f32).contiguous();
   if (in.h0.defined()) c.h0 = in.h0.to(DType::f32).contiguous();
+  if (in.chunk_reset.defined()) c.chunk_reset = in.chunk_reset.contiguous();
   return c;
 }
 
@@ -257,6 +270,7 @@ rwkv6::FusedArgs cuda_args(const Rwkv6Inputs& c, const Dims& d, double scale) {
   a.r = c.r.data_ptr(), a.k = c.k.data_ptr(), a.v = c.v.data_ptr(), a.w = c.w.data_ptr();
   a.u = c.u.data<float>();
   a.h0 = c.h0.defined() ? c.h0.data<float>() : nullptr;
+  a.chunk_reset = c.chunk_reset.defined() ? c.chunk_reset.data<int32_t>() : nullptr;
   return a;
 }
 

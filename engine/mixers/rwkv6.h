@@ -50,8 +50,12 @@ struct Rwkv6Config {
   rwkv6::BwdImpl backward = rwkv6::BwdImpl::fused;  // fused path: fused | fallback
 };
 
+// chunk_reset (packed documents; optional): [B, NT] i32 at cfg.chunk, 1 where chunk n of row
+// b starts a segment whose state restarts at zero (kernels/rwkv6.h, FusedArgs::chunk_reset).
+// Every path takes it (naive: as a start at token n * chunk).
 struct Rwkv6Inputs {
   Tensor r, k, v, w, u, h0;
+  Tensor chunk_reset;
 };
 
 // What the backward needs; path-specific. All paths keep the inputs (refcounted, no

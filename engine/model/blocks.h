@@ -20,6 +20,7 @@
 
 #include "engine/mixers/kda.h"
 #include "engine/mixers/rwkv6.h"
+#include "engine/mixers/segments.h"
 #include "engine/model/config.h"
 #include "engine/model/params.h"
 #include "engine/tensor.h"
@@ -37,6 +38,9 @@ struct BlockContext {
   const ModelConfig& cfg;
   int layer = 0;
   bool training = true;  // false: keep nothing for a backward
+  // Packed documents of the batch (engine/mixers/segments.h), or null: one document a row.
+  // Must outlive the block's saved state.
+  const mixers::Segments* segments = nullptr;
 };
 
 // The mixer configuration of the model's blocks (and of the decoder's chunked prefill) on

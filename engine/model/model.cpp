@@ -115,7 +115,14 @@ struct Model::Impl {
     Tensor x_last;  // [B, T, d] input of the final norm
     nn::NormStats norm;
   };
-  Tensor forward_trunk(const Tensor& tokens, bool training, Trunk& t) {
+  // segments: null, or the packed documents of exactly this batch.
+  void check_segments(const mixers::Segments* seg, const Tensor& tokens, const char* op) const {
+    if (seg != nullptr && (seg->B() != tokens.size(0) || seg->T() != tokens.size(1)))
+      throw std::invalid_argument(std::string(op) + ": segments of [" + std::to_string(seg->B()) + ", " +
+                                  std::to_string(seg->T()) + "] for tokens " + shape_str(tokens.shape()));
+  }
+
+  Tensor forward_trunk(const Tensor& tokens, bool training, Trunk& t, const mixers::Segments* segments = nullptr) {
     StageScope fwd("fwd");
     Tensor x;
     {
@@ -125,7 +132,7 @@ struct Model::Impl {
     t.blocks.resize(static_cast<size_t>(cfg.num_layers));
     for (int i = 0; i < cfg.num_layers; ++i) {
       StageScope s(layer_stage(i));
-      BlockContext ctx{cfg, i, training};
+      BlockContext ctx{cfg, i, training, segments};
       x = spec->block_forward(ctx, w[static_cast<size_t>(i)], x, t.blocks[static_cast<size_t>(i)]);
     }
     StageScope s("norm");
@@ -259,7 +266,7 @@ void Model::refresh_shadow() {
 }
 
 void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                             const GradsReadyHook* on_ready) {
+                             const GradsReadyHook* on_ready, const mixers::Segments* segments) {
   Impl& m = *impl_;
   // The parameters whose gradients the backward has just finished, handed to on_ready.
   auto ready = [&](std::initializer_list<std::string> prefixes_or_names) {
@@ -276,8 +283,9 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   MatmulPrecisionScope precision(m.cfg.precision);
   const int64_t B = tokens.size(0), T = tokens.size(1), d = m.cfg.hidden_size, N = B * T;
   Impl::Trunk trunk;
-  Tensor y = m.forward_trunk(tokens, /*training=*/true, trunk);  // [B, T, d]
-  Tensor dy = Tensor::empty({N, d}, m.act_dtype, m.device);      // [N, d]
+  m.check_segments(segments, tokens, "forward_backward");
+  Tensor y = m.forward_trunk(tokens, /*training=*/true, trunk, segments);  // [B, T, d]
+  Tensor dy = Tensor::empty({N, d}, m.act_dtype, m.device);                // [N, d]
   {
     StageScope s("loss");
     nn::LmHeadLossArgs args;
@@ -299,7 +307,7 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   else ready({"lm_head.weight", "model.norm.weight", "model.norm.bias"});
   for (int i = static_cast<int>(m.cfg.num_layers) - 1; i >= 0; --i) {
     StageScope s(layer_stage(i));
-    BlockContext ctx{m.cfg, i, true};
+    BlockContext ctx{m.cfg, i, true, segments};
     dx = m.spec->block_backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
                                 std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
     ready({layer_prefix(i)});
@@ -309,8 +317,8 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   ready({"model.embeddings.weight"});
 }
 
-void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                     Tensor correct) {
+void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum, Tensor correct,
+                     const mixers::Segments* segments) {
   Impl& m = *impl_;
   if (!targets.defined()) throw std::invalid_argument("evaluate: targets are required");
   m.check_batch(tokens, targets, "evaluate");
@@ -319,8 +327,9 @@ void Model::evaluate(const Tensor& tokens, const Tensor& targets, double inv_cou
   if (correct.defined() && (correct.numel() != N || correct.dtype() != DType::i32))
     throw std::invalid_argument("evaluate: correct must be [" + std::to_string(N) + "] i32, got " +
                                 shape_str(correct.shape()) + " " + dtype_name(correct.dtype()));
+  m.check_segments(segments, tokens, "evaluate");
   Impl::Trunk trunk;
-  Tensor y = m.forward_trunk(tokens, /*training=*/false, trunk);
+  Tensor y = m.forward_trunk(tokens, /*training=*/false, trunk, segments);
   StageScope s("loss");
   nn::LmHeadLossArgs args;
   args.inv_count = inv_count;

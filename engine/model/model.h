@@ -77,12 +77,14 @@ class Model {
   // loss_accum (f32 scalar {}, on the device) += sum of token losses * inv_count.
   // on_ready: see GradsReadyHook (data-parallel training starts each gradient bucket's
   // all-reduce from it, on the micro-batch that completes the step's gradients).
+  // segments (optional): the batch's packed documents (engine/mixers/segments.h); the state
+  // of every mixer and token shift restarts at each document start.
   void forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                        const GradsReadyHook* on_ready = nullptr);
+                        const GradsReadyHook* on_ready = nullptr, const mixers::Segments* segments = nullptr);
   // Evaluation: loss_accum += sum of token losses * inv_count; correct ([B*T] i32, may be
   // undefined) gets 1 where the argmax prediction equals the target, 0 where not, -1 ignored.
   void evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                Tensor correct = Tensor());
+                Tensor correct = Tensor(), const mixers::Segments* segments = nullptr);
   // Next-token logits after the last position of each row: tokens [B, T] -> [B, V] f32.
   Tensor next_token_logits(const Tensor& tokens);
 

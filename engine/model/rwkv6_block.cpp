@@ -57,6 +57,10 @@ struct Rwkv6BlockSaved final : BlockSaved {
   Tensor lw;          // [B, T, Lg] tanh(xl_w L0^T)
   Tensor w;           // [B, T, key_dim] -exp(...) (its own derivative)
   std::shared_ptr<mixers::Rwkv6Saved> mix;
+  // Packed documents: the token shifts' document starts ([B*T] i32) and the mixer's layout
+  // (engine/mixers/segments.h); undefined / null: one document a row.
+  Tensor starts;
+  const mixers::SegmentLayout* layout = nullptr;
   Tensor o;  // [B, T, H, K] mixer output
   nn::NormStats g_norm;
   Tensor on;  // [B, T, value_dim] GroupNorm(o)
@@ -182,10 +186,15 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     s->a = an.y;
     s->attn_norm = an.stats;
     mixers::Rwkv6Inputs in;
+    mixers::Rwkv6Config mcfg = rwkv6_mixer_config(cfg, x.device());
+    if (ctx.segments != nullptr && ctx.segments->any()) {
+      s->starts = ctx.segments->start_flags();
+      s->layout = &ctx.segments->layout(mcfg.chunk, 0);
+    }
     {
       StageScope proj("proj");
       // delta = shift(a) - a, xx = a + delta mu_x (one fused pass).
-      nn::ShiftMixOut sm = nn::shift_mix_forward(s->a, {at(w, "attn.x_proj.0.mu")});
+      nn::ShiftMixOut sm = nn::shift_mix_forward(s->a, {at(w, "attn.x_proj.0.mu")}, s->starts);
       s->delta = std::move(sm.delta);
       s->xx = std::move(sm.out[0]);
       // Data-dependent lerp: z = tanh(x_proj.0(xx)), m_i = x_proj.2 slice i (z_i) + x_bias[i].
@@ -210,8 +219,12 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     in.u = at(w, "attn.bonus");
     {
       StageScope mixer("rwkv6");
-      mixers::Rwkv6Output out = mixers::rwkv6_forward(in, rwkv6_mixer_config(cfg, x.device()));
-      s->o = out.o.contiguous();
+      if (s->layout != nullptr) {  // padding rows: zero r, k, v and log decay (no change to the state)
+        for (Tensor* t : {&in.r, &in.k, &in.v, &in.w}) *t = mixers::to_layout(*t, *s->layout, 0.0);
+        in.chunk_reset = s->layout->chunk_reset;
+      }
+      mixers::Rwkv6Output out = mixers::rwkv6_forward(in, mcfg);
+      s->o = s->layout != nullptr ? mixers::from_layout(out.o, *s->layout) : out.o.contiguous();
       if (ctx.training) s->mix = std::move(out.saved);
     }
     StageScope post("out");
@@ -228,7 +241,7 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     s->f = fn.y;
     s->ffn_norm = fn.stats;
     // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r} (one fused pass)
-    nn::ShiftMixOut fm = nn::shift_mix_forward(s->f, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")});
+    nn::ShiftMixOut fm = nn::shift_mix_forward(s->f, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, s->starts);
     s->fd = std::move(fm.delta);
     s->fk = std::move(fm.out[0]);
     s->fr = std::move(fm.out[1]);
@@ -273,7 +286,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     s->fr = Tensor();
     // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r}
     Tensor df = nn::shift_mix_backward({dfk, dfr}, s->fd, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, Tensor(),
-                                       Tensor(), {&at(g, "ffn.key.mu"), &at(g, "ffn.receptance.mu")});
+                                       Tensor(), {&at(g, "ffn.key.mu"), &at(g, "ffn.receptance.mu")}, s->starts);
     dfk = dfr = s->fd = Tensor();
     s->f = Tensor();
     dh = nn::layer_norm_backward(df, s->h, at(w, "ffn_norm.weight"), s->ffn_norm, at(g, "ffn_norm.weight"),
@@ -300,7 +313,10 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     s->o = Tensor();
     {
       StageScope mixer("rwkv6");
+      if (s->layout != nullptr) d_o = mixers::to_layout(d_o, *s->layout, 0.0);
       dm = mixers::rwkv6_backward(std::move(s->mix), d_o);
+      if (s->layout != nullptr)
+        for (Tensor* t : {&dm.dr, &dm.dk, &dm.dv, &dm.dw}) *t = mixers::from_layout(*t, *s->layout);
     }
   }
   StageScope proj("proj");
@@ -360,7 +376,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   }
   // delta = shift(a) - a, xx = a + delta mu_x, with the lerps' da5 and ddelta5
   da = nn::shift_mix_backward({dxx}, s->delta, {at(w, "attn.x_proj.0.mu")}, lg.ddelta, lg.da,
-                              {&at(g, "attn.x_proj.0.mu")});
+                              {&at(g, "attn.x_proj.0.mu")}, s->starts);
   dxx = lg.da = lg.ddelta = s->delta = Tensor();
   s->a = Tensor();
   Tensor dr = nn::layer_norm_backward(da, s->r, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"),

@@ -217,7 +217,8 @@ void decay_and_add(const ChunkGates<F>& g, const std::vector<F>& x, const std::v
 }  // namespace
 
 template <class F>
-void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht, Variant var) {
+void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F* h0, F* h, F* ht, Variant var,
+                      const int32_t* chunk_reset) {
   check_dims(d);
   const bool tc = var == Variant::tensor_core;
   const int64_t D = d.D, C = d.C, NT = d.NT();
@@ -226,6 +227,7 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
     for (int64_t hh = 0; hh < d.H; ++hh) {
       for (int64_t i = 0; i < D * D; ++i) S[i] = h0 ? h0[(b * d.H + hh) * D * D + i] : F(0);
       for (int64_t n = 0; n < NT; ++n) {
+        if (chunk_reset && chunk_reset[b * NT + n]) std::fill(S.begin(), S.end(), F(0));  // a segment starts
         ChunkGates<F> g(d, w, b, hh, n, var);
         std::copy(S.begin(), S.end(), h + st(d, b, hh, n));
         load_tile(d, k, b, hh, n, g.L, kd);
@@ -243,7 +245,7 @@ void chunk_state_scan(const Dims& d, const F* k, const F* v, const F* w, const F
 
 template <class F>
 void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* dO, const F* dht, F* dh, F* dh0,
-                       Variant var) {
+                       Variant var, const int32_t* chunk_reset) {
   check_dims(d);
   scale = mixer::resolved_scale(scale, d.D);
   const bool tc = var == Variant::tensor_core;
@@ -263,6 +265,7 @@ void chunk_dstate_scan(const Dims& d, F scale, const F* r, const F* w, const F* 
             if (tc) qe[rr * D + i] = rb16(qe[rr * D + i]), dot[rr * D + i] = rb16(dot[rr * D + i]);
           }
         decay_and_add(g, qe, dot, S);
+        if (chunk_reset && chunk_reset[b * NT + n]) std::fill(S.begin(), S.end(), F(0));  // S_in(n) = 0
       }
       if (dh0) std::copy(S.begin(), S.end(), dh0 + (b * d.H + hh) * D * D);
     }
@@ -744,19 +747,19 @@ void du_reduce(const Dims& d, const F* du_part, F* du) {
 
 template <class F>
 void chunk_forward_cpu(const Dims& d, F scale, const F* r, const F* k, const F* v, const F* w, const F* u, const F* h0,
-                       F* o, F* ht, Variant var) {
+                       F* o, F* ht, Variant var, const int32_t* chunk_reset) {
   std::vector<F> h(d.trajectory_numel());
-  chunk_state_scan(d, k, v, w, h0, h.data(), ht, var);
+  chunk_state_scan(d, k, v, w, h0, h.data(), ht, var, chunk_reset);
   chunk_output(d, scale, r, k, v, w, u, h.data(), o, var);
 }
 
 template <class F>
 void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const F* k, const F* v, const F* w,
                         const F* u, const F* h0, const F* dO, const F* dht, F* dr, F* dk, F* dv, F* dw, F* du, F* dh0,
-                        Variant var) {
+                        Variant var, const int32_t* chunk_reset) {
   std::vector<F> h(d.trajectory_numel()), dh(d.trajectory_numel()), dup(du_part_numel(d));
-  chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var);
-  chunk_dstate_scan(d, scale, r, w, dO, dht, dh.data(), dh0, var);
+  chunk_state_scan<F>(d, k, v, w, h0, h.data(), nullptr, var, chunk_reset);
+  chunk_dstate_scan(d, scale, r, w, dO, dht, dh.data(), dh0, var, chunk_reset);
   if (impl == BwdImpl::fused) {
     chunk_bwd<F>(d, ChunkBwdTerms::all, scale, r, k, v, w, u, h.data(), dh.data(), dO, nullptr, nullptr, dr, dk, dv, dw,
                  dup.data(), var);
@@ -775,17 +778,19 @@ void chunk_backward_cpu(const Dims& d, BwdImpl impl, F scale, const F* r, const 
 #define LT_RWKV6_INSTANTIATE(F)                                                                                      \
   template void naive_forward<F>(const NaiveInputs<F>&, F*, F*);                                                     \
   template void naive_backward<F>(const NaiveInputs<F>&, const F*, const F*, const NaiveGrads<F>&);                  \
-  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant);           \
-  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*, Variant);       \
+  template void chunk_state_scan<F>(const Dims&, const F*, const F*, const F*, const F*, F*, F*, Variant,            \
+                                    const int32_t*);                                                                 \
+  template void chunk_dstate_scan<F>(const Dims&, F, const F*, const F*, const F*, const F*, F*, F*, Variant,        \
+                                     const int32_t*);                                                                \
   template void chunk_output<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*,      \
                                 Variant);                                                                            \
   template void chunk_bwd<F>(const Dims&, ChunkBwdTerms, F, const F*, const F*, const F*, const F*, const F*,        \
                              const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, F*, Variant);                     \
   template void du_reduce<F>(const Dims&, const F*, F*);                                                             \
   template void chunk_forward_cpu<F>(const Dims&, F, const F*, const F*, const F*, const F*, const F*, const F*, F*, \
-                                     F*, Variant);                                                                   \
+                                     F*, Variant, const int32_t*);                                                   \
   template void chunk_backward_cpu<F>(const Dims&, BwdImpl, F, const F*, const F*, const F*, const F*, const F*,     \
-                                      const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, Variant);
+                                      const F*, const F*, const F*, F*, F*, F*, F*, F*, F*, Variant, const int32_t*);
 // NOLINTEND(bugprone-macro-parentheses)
 
 LT_RWKV6_INSTANTIATE(float)

@@ -26,6 +26,7 @@ struct Problem {
   Dims d;
   double scale = 1.0;
   std::vector<double> r, k, v, w, u, h0, dO, dht;  // h0 / dht empty when absent
+  std::vector<uint8_t> seg_start;                  // [B, T] packed-document starts; empty: none
 
   Problem(const Dims& dims, uint64_t seed, GateKind gate = GateKind::kLogSigmoid, bool with_h0 = true,
           bool with_dht = true, double scale_ = -1.0)
@@ -63,7 +64,9 @@ struct Problem {
   const double* h0p() const { return h0.empty() ? nullptr : h0.data(); }
   const double* dhtp() const { return dht.empty() ? nullptr : dht.data(); }
   NaiveInputs<double> naive_inputs() const {
-    return {d, r.data(), k.data(), v.data(), w.data(), u.data(), h0p(), scale};
+    return {d,        r.data(), k.data(),
+            v.data(), w.data(), u.data(),
+            h0p(),    scale,    seg_start.empty() ? nullptr : seg_start.data()};
   }
 };
 

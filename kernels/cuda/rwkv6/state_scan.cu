@@ -10,11 +10,18 @@ namespace {
 // =======================================================================================
 // State scans. grid (tiles, B*H, nz): tile = W x W block (rows: key dim, cols: value dim)
 // of the state; z + z_offset = 0: forward scan S <- e^g S + (K e^{g-Gi})^T V storing h[n]
-// (the state entering chunk n) and ht; = 1: reverse scan S' <- e^g S' + scale (Q e^Ge)^T dO
+// (the state entering chunk n; 0 where chunk n starts a segment) and ht; = 1: reverse scan S' <- e^g S' + scale (Q e^Ge)^T dO
 // storing dh[n] (the gradient of the state leaving chunk n) and dh0.
 // Every (row tile, col tile) pair evolves independently, so tiles are separate CTAs; each
 // recomputes the gates of its W key columns. The next chunk's tiles are prefetched into
 // registers while the current one is multiplied.
+// Packed documents: chunk n of row b starts a segment (FusedArgs::chunk_reset; n < NT). The
+// forward scan then enters chunk n with S = 0; the reverse scan carries S' = 0 out of it (to
+// chunk n - 1, or to dh0 for n = 0).
+__device__ __forceinline__ bool segment_break(const FusedArgs& a, int64_t b, int64_t NT, int64_t n) {
+  return a.chunk_reset != nullptr && n < NT && a.chunk_reset[b * NT + n] != 0;
+}
+
 template <class Tin, int C, int W>
 __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, int z_offset) {
   ::lt::pdl_enter();  // launched with LT_LAUNCH_PDL (kernels/cuda/pdl.cuh)
@@ -66,6 +73,12 @@ __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, 
   prefetch(reverse ? NT - 1 : 0);
   for (int64_t step = 0; step < NT; ++step) {
     const int64_t n = reverse ? NT - 1 - step : step;
+    if (segment_break(a, b, NT, reverse ? n + 1 : n)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TM; ++j) S[i][j] = 0.f;
+    }
     float* out = traj + ((bh * NT + n) * D + tr * W) * D + tc * W;
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -106,6 +119,12 @@ __global__ void __launch_bounds__(kThreads) rwkv6_state_scan(const FusedArgs a, 
     __syncthreads();
   }
   float* fin = reverse ? a.dh0 : a.ht;
+  if (reverse && segment_break(a, b, NT, 0)) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TM; ++j) S[i][j] = 0.f;
+  }
   if (fin) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -180,6 +199,12 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, in
   for (int s = 0; s < kScanStages - 1; ++s) issue(s);
   for (int64_t step = 0; step < NT; ++step) {
     const int64_t n = reverse ? NT - 1 - step : step;
+    if (segment_break(a, b, NT, reverse ? n + 1 : n)) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) Sacc[nt][e] = 0.f;
+    }
     float* out = traj + (bh * NT + n) * D * D + (tr * 64) * D + tcol * 64;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
@@ -239,6 +264,12 @@ __global__ void __launch_bounds__(256) rwkv6_state_scan_tc(const FusedArgs a, in
     }
   }
   tc::cp_async_wait<0>();
+  if (reverse && segment_break(a, b, NT, 0)) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Sacc[nt][e] = 0.f;
+  }
   float* fin = reverse ? a.dh0 : a.ht;
   if (fin) {
 #pragma unroll

@@ -83,7 +83,7 @@ TEST_CASE("KDA Tensor API: a fused saved state serves one backward, a second one
   mixers::KdaConfig cfg;
   cfg.chunk = c.dims.C;
   cfg.path = mixers::KdaPath::fused;
-  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0}, cfg);
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0, Tensor()}, cfg);
   auto saved = out.saved;  // a second reference, as a careless caller would keep
   const mixers::KdaGrads g1 = mixers::kda_backward(saved, t.dO);
   const std::vector<double> dq1 = g1.dq.to_vector();

@@ -77,7 +77,7 @@ TEST_CASE("KDA allocator gate: fused backward reserves less than ops, one trajec
     A.reset_peak_stats();
     A.reset_accumulated_stats();
     const int64_t in_use0 = A.stats().allocated_bytes.current, res0 = A.stats().reserved_bytes.current;
-    auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, Tensor()}, cfg);
+    auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, Tensor(), Tensor()}, cfg);
     LT_CUDA_CHECK(cudaDeviceSynchronize());
     alloc::Stats s = A.stats();
     fwd_f.allocs = s.allocation.allocated;

@@ -34,7 +34,7 @@ struct TensorInputs {
     if (!p.h0.empty()) h0 = Tensor::from_vector(p.h0, st, dt);
     if (!p.dht.empty()) dht = Tensor::from_vector(p.dht, st, dt);
   }
-  lt::mixers::Rwkv6Inputs inputs() const { return {r, k, v, w, u, h0}; }
+  lt::mixers::Rwkv6Inputs inputs() const { return {r, k, v, w, u, h0, Tensor()}; }
 };
 
 // Loss of the ops path forward (f64): sum o . G + sum ht . Ght.

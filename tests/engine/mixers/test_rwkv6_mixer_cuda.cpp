@@ -36,7 +36,7 @@ struct DevInputs {
     if (!p.h0.empty()) h0 = Tensor::from_vector(p.h0, st, lt::DType::f32, dev);
     if (!p.dht.empty()) dht = Tensor::from_vector(p.dht, st, lt::DType::f32, dev);
   }
-  lt::mixers::Rwkv6Inputs inputs() const { return {r, k, v, w, u, h0}; }
+  lt::mixers::Rwkv6Inputs inputs() const { return {r, k, v, w, u, h0, Tensor()}; }
 };
 
 struct Result {

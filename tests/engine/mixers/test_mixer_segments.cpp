@@ -1,0 +1,174 @@
+// Packed documents in the mixers (engine/mixers/segments.h): the padded layout and its gather,
+// and every path of both mixers with chunk resets against the float64 naive recurrence with
+// the same segment starts (which tests/kernels/test_segments.cpp checks against documents run
+// one by one). Fresh random inputs each run (seed printed; LINTRAIN_TEST_SEED=<n> replays one).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "engine/mixers/kda.h"
+#include "engine/mixers/rwkv6.h"
+#include "engine/mixers/segments.h"
+#include "engine/ops.h"
+#include "tests/kernels/rwkv6_test_util.h"
+#include "tests/support/kda_testing.h"
+#include "tests/support/test_seed.h"
+
+using namespace lt;
+
+namespace {
+
+// Chunk flags [B, NT] with every pattern the kernels must handle: a reset at chunk 0 (drops
+// h0), adjacent resets, a reset on the last chunk, rows without any; drawn from `seed`.
+std::vector<int32_t> random_resets(int64_t B, int64_t NT, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> f(static_cast<size_t>(B * NT), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    if (b == B - 1 && B > 1) continue;  // the last row: one document
+    for (int64_t n = 0; n < NT; ++n) f[b * NT + n] = rng() % 2 == 0 ? 1 : 0;
+    f[b * NT + NT - 1] = 1;
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("segment layout: documents start on chunk boundaries after the gap, and the gathers invert",
+          "[segments]") {
+  // Row 0: documents at t = 0, 5, 6 (one token), 9; row 1: one document. T = 12, C = 4, gap 3.
+  const int64_t B = 2, T = 12;
+  std::vector<uint8_t> starts(B * T, 0);
+  starts[0] = starts[5] = starts[6] = starts[9] = 1;
+  const mixers::SegmentLayout L = mixers::build_segment_layout(starts, B, T, 4, 3, Device::cpu());
+  // Row 0: tokens 0-4 at 0-4; p = 5 -> round_up(8) = 8: token 5 at 8; token 6 at round_up(12) =
+  // 12; tokens 7, 8 at 13, 14; token 9 at round_up(18) = 20; tokens 10, 11 at 21, 22.
+  const std::vector<double> from = L.from_padded.to_vector();
+  const std::vector<double> want0 = {0, 1, 2, 3, 4, 8, 12, 13, 14, 20, 21, 22};
+  CHECK(L.Tp == 23);
+  for (int64_t t = 0; t < T; ++t) {
+    CHECK(from[t] == want0[t]);
+    CHECK(from[T + t] == static_cast<double>(L.Tp + t));  // row 1 unmoved
+  }
+  const std::vector<double> reset = L.chunk_reset.to_vector();  // [2, 6]
+  REQUIRE(L.chunk_reset.shape() == Shape{2, 6});
+  const std::vector<double> want_reset = {1, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < want_reset.size(); ++i) CHECK(reset[i] == want_reset[i]);
+  CHECK(L.padding_rows() == B * L.Tp - B * T);
+  // x -> padded (fill 7 on padding) -> back is the identity; padding rows hold the fill.
+  Tensor x = ops::randn({B * T, 3}, 11, 0, DType::f32);
+  Tensor xp = ops::gather_rows(x, L.to_padded, 7.0);
+  REQUIRE(xp.shape() == Shape{B * L.Tp, 3});
+  CHECK(ops::max_abs_diff(ops::gather_rows(xp, L.from_padded), x) == 0.0);
+  const std::vector<double> to = L.to_padded.to_vector(), xpv = xp.to_vector();
+  int64_t pads = 0;
+  for (int64_t m = 0; m < B * L.Tp; ++m)
+    if (to[m] < 0) {
+      ++pads;
+      for (int c = 0; c < 3; ++c) CHECK(xpv[m * 3 + c] == 7.0);
+    }
+  CHECK(pads == L.padding_rows());
+  // bf16 rows and a bad start vector
+  Tensor xb = x.to(DType::bf16);
+  CHECK(ops::max_abs_diff(ops::gather_rows(ops::gather_rows(xb, L.to_padded), L.from_padded), xb) == 0.0);
+  CHECK_THROWS_WITH(mixers::build_segment_layout(std::vector<uint8_t>(5, 0), 2, 3, 4, 0, Device::cpu()),
+                    Catch::Contains("B * T = 6"));
+  // Segments: any() only for a start past t = 0
+  CHECK_FALSE(mixers::Segments(std::vector<uint8_t>{1, 0, 0, 1, 0, 0}, 2, 3, Device::cpu()).any());
+  CHECK(mixers::Segments(std::vector<uint8_t>{1, 0, 1, 0, 0, 0}, 2, 3, Device::cpu()).any());
+}
+
+TEST_CASE("KDA with chunk resets: ops, fused (CPU twins) and naive paths match the naive recurrence",
+          "[kda][segments]") {
+  using namespace lt::kda::testing;
+  const uint64_t seed = test_seed() + 71;
+  struct Row {
+    kda::Dims d;
+    bool h0, dht;
+    DType dt;
+    mixers::KdaPath path;
+    double tol;
+  };
+  const std::vector<Row> rows = {
+      {{2, 45, 2, 16, 8}, true, true, DType::f64, mixers::KdaPath::ops, 1e-10},
+      {{2, 45, 2, 16, 8}, true, true, DType::f64, mixers::KdaPath::naive, 1e-12},
+      {{2, 70, 2, 64, 16}, true, true, DType::f32, mixers::KdaPath::fused, 1e-5},
+      {{3, 100, 1, 64, 32}, false, true, DType::f32, mixers::KdaPath::fused, 1e-5},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    Case c = make_case(r.d, r.h0, r.dht, false, r.dt);
+    c.set_chunk_reset(random_resets(r.d.B, r.d.NT(), seed + 100 + i));
+    const Data x = make_data(c, seed + i);
+    const Result ref = run_naive(c, x);
+    const Result got = run_mixer(c, to_tensors(c, x, c.dtype), r.path);
+    const ErrReport e = compare(got, ref, false, true, c.h0);
+    const ErrReport e32 = c.dtype == DType::f64 ? ErrReport{} : compare(run_naive_f32(c, x), ref, false, true, c.h0);
+    const Gated gt = gate_errors(e, e32, r.tol);
+    std::printf("[kda] packed %s vs naive %s worst %.2e, %.3f of allowed:%s%s\n", mixers::kda_path_name(r.path),
+                c.name().c_str(), e.worst(), gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+    INFO(c.name() << " seed " << seed + i << e.str() << gt.adapted << replay_hint());
+    CHECK(gt.pass);
+  }
+}
+
+TEST_CASE("RWKV6 with chunk resets: ops, fused twins (both backwards) and naive paths match the naive recurrence",
+          "[rwkv6][segments]") {
+  using namespace lt::rwkv6;
+  using namespace lt::rwkv6::test;
+  const uint64_t seed = lt::testing::test_seed() + 72;
+  struct Row {
+    Dims d;
+    DType dt;
+    mixers::Rwkv6Path path;
+    BwdImpl bwd;
+    double tol;
+  };
+  const std::vector<Row> rows = {
+      {{2, 45, 2, 16, 8}, DType::f64, mixers::Rwkv6Path::ops, BwdImpl::fused, 1e-10},
+      {{2, 45, 2, 16, 8}, DType::f64, mixers::Rwkv6Path::naive, BwdImpl::fused, 1e-12},
+      {{2, 70, 2, 16, 16}, DType::f32, mixers::Rwkv6Path::fused, BwdImpl::fused, 1e-5},
+      {{3, 100, 1, 16, 32}, DType::f32, mixers::Rwkv6Path::fused, BwdImpl::fallback, 1e-5},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const Dims& d = r.d;
+    Problem p(d, seed + i, GateKind::kLogSigmoid, true, true);
+    const std::vector<int32_t> resets = random_resets(d.B, d.NT(), seed + 200 + i);
+    p.seg_start.assign(static_cast<size_t>(d.B * d.T), 0);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t n = 0; n < d.NT(); ++n)
+        if (resets[b * d.NT() + n]) p.seg_start[b * d.T + n * d.C] = 1;
+    const Grads ref = naive_reference(p);
+    const Shape tok{d.B, d.T, d.H, d.D}, st{d.B, d.H, d.D, d.D};
+    mixers::Rwkv6Inputs in{Tensor::from_vector(p.r, tok, r.dt),
+                           Tensor::from_vector(p.k, tok, r.dt),
+                           Tensor::from_vector(p.v, tok, r.dt),
+                           Tensor::from_vector(p.w, tok, r.dt),
+                           Tensor::from_vector(p.u, {d.H, d.D}, r.dt),
+                           Tensor::from_vector(p.h0, st, r.dt),
+                           Tensor::from_vector(std::vector<double>(resets.begin(), resets.end()), {d.B, d.NT()},
+                                               DType::i32)};
+    mixers::Rwkv6Config cfg;
+    cfg.chunk = static_cast<int>(d.C);
+    cfg.path = r.path;
+    cfg.backward = r.bwd;
+    cfg.scale = p.scale;
+    cfg.output_final_state = true;
+    auto out = mixers::rwkv6_forward(in, cfg);
+    auto g = mixers::rwkv6_backward(std::move(out.saved), Tensor::from_vector(p.dO, tok, r.dt),
+                                    Tensor::from_vector(p.dht, st, r.dt));
+    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
+                         rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
+                         rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
+                         rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+    double worst = 0;
+    for (double x : e) worst = std::max(worst, x);
+    std::printf("[rwkv6] packed %s/%s B%lld T%lld C%lld %s worst rel err %.2e (dh0 %.2e)\n",
+                mixers::rwkv6_path_name(r.path), bwd_impl_name(r.bwd), (long long)d.B, (long long)d.T,
+                (long long)d.C, dtype_name(r.dt), worst, e[7]);
+    INFO("seed " << seed + i << lt::testing::replay_hint());
+    CHECK(worst < r.tol);
+  }
+}
