@@ -10,6 +10,8 @@
 // Gradients: dq, dk (through the L2 norm), dv, df, db, dA_log, ddt_bias, dh0; an optional
 // dht (gradient of the final state) is accepted.
 //
+// Packed documents (NaiveInputs::seg_start, FusedArgs::seg_start): the state restarts at zero
+// at each segment start (the naive recurrence exactly, the chunk paths by kSegmentStartGate).
 // Three implementations (derivations: docs/MATH.md §1; measurements: docs/notes-kda.md):
 //   naive_*       the recurrence above on the CPU, Real = double (ground truth) or float;
 //                 backward by BPTT over stored states.
@@ -36,6 +38,11 @@
 #include "kernels/mixer.h"
 
 namespace lt::kda {
+
+// The natural-log gate added at a packed document's first token (FusedArgs::seg_start; the ops
+// path too): e^-40 leaves 4e-18 of the previous document's state; 40 nats (58 in log2) keep
+// the chunk-local cumsum's resolution at 4e-6 (fp32 in [32, 64)).
+constexpr float kSegmentStartGate = -40.0f;
 
 struct Gate {
   bool use_lower_bound = false;  // false: g = -e^{A_log} softplus(x); true: g = lb sigmoid(e^{A_log} x)
@@ -121,11 +128,11 @@ struct FusedArgs {
   const float* A_log = nullptr;    // [H]
   const float* dt_bias = nullptr;  // [H,D]
   const float* h0 = nullptr;       // [B,H,D,D] or nullptr
-  // Packed documents: [B, NT] or nullptr; 1 where chunk n of row b starts a segment, whose
-  // state restarts at zero (h[n] = 0; no gradient flows back across it; a reset at n = 0
-  // drops h0 and gives dh0 = 0). Segments start on chunk boundaries only: the engine lays
-  // documents out so (engine/mixers/segments.h).
-  const int32_t* chunk_reset = nullptr;
+  // Packed documents: [B, T] or nullptr; 1 where a segment starts at token t (anywhere in a
+  // chunk). The gate of that token gets kSegmentStartGate added: the state before it decays by
+  // e^-40 ~ 4e-18 (a restart at zero, to far below fp32's resolution; dg/df is unchanged).
+  // The chunk form stays exact around it: every exponential is a factor <= 1 (intra.h).
+  const int32_t* seg_start = nullptr;
   // forward outputs
   void* o = nullptr;    // [B,T,H,D]
   float* ht = nullptr;  // [B,H,D,D] or nullptr

@@ -7,8 +7,8 @@
 //   shift_mix  delta = shift(a) - a  (shift(a)_t = a_{t-1},     g = ddelta_in + sum_j dout_j mu_j
 //              a_{-1} = 0);  out_j = a + delta mu_j, j < nmix    da = da_in + sum_j dout_j - g_t + g_{t+1}
 //                                                                (g_T = 0)
-//              packed documents (start, optional, [N] i32): shift(a)_t = 0 where a document
-//              starts at token t; then g_t does not reach a_{t-1}
+//              packed documents (pos, optional, [N] i32: positions in the documents): shift(a)_t
+//              = 0 where a document starts (pos 0); then g_t does not reach a_{t-1}
 //   lerp5      m_k = mraw_k + bias_k;  xl_k = a + delta m_k      da = sum_k dxl_k, ddelta = sum_k dxl_k m_k,
 //                                                                dm_k = dxl_k delta
 // Layouts: a, delta, out_j, da, ddelta, dout_j, dxl_k, ddelta_in, da_in: [N, d];
@@ -33,8 +33,8 @@ struct LerpParams {
   int64_t n = 0;         // elements of a: N * d
   int64_t T = 1, d = 1;  // tokens per sequence, width
   bool backward = false;
-  int nmix = 1;                    // shift_mix: 1 or 2 interpolations
-  const int32_t* start = nullptr;  // shift_mix: [N] 1 where a document starts (no shift), or null
+  int nmix = 1;                  // shift_mix: 1 or 2 interpolations
+  const int32_t* pos = nullptr;  // shift_mix: [N] positions in the packed documents (0: no shift), or null
   // shift_mix forward
   const void* a = nullptr;
   const void* mu[kMaxMix] = {};  // [d] each, compute type
@@ -70,7 +70,7 @@ struct LerpMath {
   static LT_HD void shift_mix_forward(const LerpParams& p, int64_t i) {
     const int64_t t = (i / p.d) % p.T, c = i % p.d;
     const C a = ld(p.a, i);
-    const bool shifted = t > 0 && (p.start == nullptr || p.start[i / p.d] == 0);
+    const bool shifted = t > 0 && (p.pos == nullptr || p.pos[i / p.d] > 0);
     const C prev = shifted ? ld(p.a, i - p.d) : C(0);
     const C delta = load_as_compute(st(p.delta, i, prev - a));
     for (int j = 0; j < p.nmix; ++j) st(p.out[j], i, a + delta * ldc(p.mu[j], c));
@@ -87,7 +87,7 @@ struct LerpMath {
     C da = p.da_in ? ld(p.da_in, i) : C(0);
     for (int j = 0; j < p.nmix; ++j) da += ld(p.dout[j], i);
     da -= shift_mix_g(p, i);
-    if (t < p.T - 1 && (p.start == nullptr || p.start[i / p.d + 1] == 0)) da += shift_mix_g(p, i + p.d);
+    if (t < p.T - 1 && (p.pos == nullptr || p.pos[i / p.d + 1] > 0)) da += shift_mix_g(p, i + p.d);
     st(p.da, i, da);
   }
 

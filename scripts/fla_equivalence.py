@@ -16,6 +16,10 @@ reference), computes the loss as mean cross-entropy over the non-ignored targets
 and prints the relative error of the loss and of every gradient against lintrain's:
     rel = max |ours - fla| / max |fla|     (per tensor)
 Gates: loss 1e-5, gradients 1e-4. Exit status 0 when every gate holds, 1 otherwise, 2 on bad input.
+Packed documents (`kbench model-dump --docs N`: batch.safetensors has "starts"): the B rows are
+flattened into one sequence and fla runs with cu_seqlens (every row start and document start a
+boundary), fla's own varlen path through its layers; the references below then restart the
+state, the short convolutions and the token shifts at each boundary.
 The float64 model runs on the CPU by default: a Triton kernel that was not replaced cannot run
 there, so the replacement is complete by construction.
 """
@@ -89,13 +93,23 @@ def gated_rms_norm_forward(self, x, g, residual=None, prenorm=False, residual_in
     return (y, x) if prenorm else y
 
 
+def segments(T, cu_seqlens):
+    """[(start, end)] of the sequences of a varlen batch (one sequence of T without cu_seqlens)."""
+    if cu_seqlens is None:
+        return [(0, T)]
+    b = [int(x) for x in cu_seqlens.tolist()]
+    return list(zip(b[:-1], b[1:]))
+
+
 def short_conv_forward(self, x, *args, **kwargs):
-    if kwargs.get("cu_seqlens") is not None:
-        raise ValueError("fla_equivalence: varlen batches are not supported")
-    # x [B, T, C]; causal depthwise conv: y_t = sum_i w[:, 0, i] x_{t - W + 1 + i}
+    # x [B, T, C]; causal depthwise conv: y_t = sum_i w[:, 0, i] x_{t - W + 1 + i}, per sequence
     W = self.weight.shape[-1]
-    y = F.conv1d(F.pad(x.transpose(1, 2), (W - 1, 0)), self.weight, self.bias, groups=self.weight.shape[0])
-    y = y.transpose(1, 2)
+    parts = []
+    for s, e in segments(x.shape[1], kwargs.get("cu_seqlens")):
+        xs = x[:, s:e]
+        y = F.conv1d(F.pad(xs.transpose(1, 2), (W - 1, 0)), self.weight, self.bias, groups=self.weight.shape[0])
+        parts.append(y.transpose(1, 2))
+    y = torch.cat(parts, 1)
     if getattr(self, "activation", None) in ("silu", "swish"):
         y = F.silu(y)
     return y, None
@@ -106,18 +120,16 @@ def gated_mlp_forward(self, x, **kwargs):
 
 
 def token_shift(x, cu_seqlens=None, *args, **kwargs):
-    if cu_seqlens is not None:
-        raise ValueError("fla_equivalence: varlen batches are not supported")
-    return F.pad(x, (0, 0, 1, -1)) - x
+    return torch.cat([F.pad(x[:, s:e], (0, 0, 1, -1)) - x[:, s:e] for s, e in segments(x.shape[1], cu_seqlens)], 1)
 
 
 def kda_reference(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
                   output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                   use_beta_sigmoid_in_kernel=False, lower_bound=None, cu_seqlens=None, **kwargs):
-    """KDA recurrence (docs/MATH.md) in the inputs' dtype."""
-    if cu_seqlens is not None:
-        raise ValueError("fla_equivalence: varlen batches are not supported")
+    """KDA recurrence (docs/MATH.md) in the inputs' dtype; the state restarts at zero at each
+    sequence of cu_seqlens (then no initial or final state)."""
     B, T, H, K = q.shape
+    starts = {s for s, _ in segments(T, cu_seqlens)} if cu_seqlens is not None else set()
     V = v.shape[-1]
     if use_qk_l2norm_in_kernel:
         q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
@@ -135,6 +147,8 @@ def kda_reference(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initia
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(q.dtype)
     outs = []
     for t in range(T):
+        if t in starts:
+            S = q.new_zeros(B, H, K, V)
         S = S * g[:, t].exp().unsqueeze(-1)
         kt, vt = k[:, t], v[:, t]
         pred = torch.einsum("bhk,bhkv->bhv", kt, S)
@@ -145,16 +159,18 @@ def kda_reference(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initia
 
 def rwkv6_reference(r, k, v, w, u, scale=1.0, initial_state=None, output_final_state=False, cu_seqlens=None,
                     **kwargs):
-    """RWKV6 recurrence: o_t = scale r_t^T (S + diag(u) k_t v_t^T); S <- diag(exp(w_t)) S + k_t v_t^T."""
-    if cu_seqlens is not None:
-        raise ValueError("fla_equivalence: varlen batches are not supported")
+    """RWKV6 recurrence: o_t = scale r_t^T (S + diag(u) k_t v_t^T); S <- diag(exp(w_t)) S + k_t v_t^T;
+    the state restarts at zero at each sequence of cu_seqlens."""
     B, T, H, K = r.shape
+    starts = {s for s, _ in segments(T, cu_seqlens)} if cu_seqlens is not None else set()
     V = v.shape[-1]
     if scale is None:
         scale = K ** -0.5
     S = r.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(r.dtype)
     outs = []
     for t in range(T):
+        if t in starts:
+            S = r.new_zeros(B, H, K, V)
         kv = k[:, t].unsqueeze(-1) * v[:, t].unsqueeze(-2)
         outs.append(scale * torch.einsum("bhk,bhkv->bhv", r[:, t], S + u.unsqueeze(0).unsqueeze(-1) * kv))
         S = S * w[:, t].exp().unsqueeze(-1) + kv
@@ -252,7 +268,16 @@ def main():
     ours = load_file(paths["grads.safetensors"])
     our_loss = float(ours["loss"].double().item())
 
-    logits = model(input_ids=tokens, use_cache=False).logits
+    if "starts" in batch:  # packed documents: one varlen sequence, boundaries at row and document starts
+        B, T = tokens.shape
+        flags = batch["starts"].long().clone()
+        flags[:, 0] = 1
+        bounds = torch.nonzero(flags.reshape(-1)).reshape(-1).tolist() + [B * T]
+        cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=args.device)
+        print(f"packed documents: {len(bounds) - 1} sequences in {B} rows (fla with cu_seqlens)")
+        logits = model(input_ids=tokens.reshape(1, -1), use_cache=False, cu_seqlens=cu_seqlens).logits
+    else:
+        logits = model(input_ids=tokens, use_cache=False).logits
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
     loss.backward()
 

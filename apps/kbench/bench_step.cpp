@@ -12,18 +12,23 @@
 // after the first step (0 when the caching allocator serves every later step).
 //
 //   kbench model-dump --arch kda --out DIR [--device auto|cpu|cuda] [--dtype f32|f64]
-//                     [--B 2 --T 128 ... sizes as above] [--seed 0] [--weights FILE]
+//                     [--B 2 --T 128 ... sizes as above] [--seed 0] [--weights FILE] [--docs N]
 //
 // Writes DIR/config.json (Model::fla_config), DIR/model.safetensors (the initial parameters
 // under fla's names), DIR/batch.safetensors (tokens, targets: [B, T] i64; 3 targets are -100),
 // DIR/grads.safetensors (every parameter's gradient of one step, and "loss": the mean
 // cross-entropy over the valid targets) for scripts/fla_equivalence.py. --dtype f64 runs the
-// model in float64 on the CPU (the reference precision of the check).
+// model in float64 on the CPU (the reference precision of the check). --docs N packs N
+// documents into each row (starts at seeded positions, one a single token; the step restarts
+// the state at each, engine/mixers/segments.h, and drops the target before each start) and
+// adds "starts" ([B, T] i64, 1 where a document starts) to batch.safetensors: the script then
+// runs fla with cu_seqlens.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,7 @@
 #include "apps/kbench/kbench.h"
 #include "engine/device.h"
 #include "engine/io/safetensors.h"
+#include "engine/mixers/segments.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
 #include "engine/optim/adamw.h"
@@ -56,6 +62,7 @@ struct StepOptions {
   std::string device = "auto";
   std::string dtype = "f32";
   std::string weights;  // a safetensors file of fla-named weights instead of init_weights
+  int64_t docs = 1;     // documents per row (packed)
 };
 
 void add_model_options(CLI::App& sub, StepOptions& o) {
@@ -230,11 +237,34 @@ int run_model_dump(const StepOptions& o) {
   else m.load_params(io::read_safetensors(o.weights));
   const int ignored = 3;
   const Tensor tokens = random_ids(o.B, o.T, o.vocab, o.seed + 1, 0);
-  const Tensor targets = random_ids(o.B, o.T, o.vocab, o.seed + 2, ignored);
+  Tensor targets = random_ids(o.B, o.T, o.vocab, o.seed + 2, ignored);
+  // Packed documents: starts at t = 0 and at docs - 1 seeded positions a row (the first of
+  // them followed at once by another: a one-token document); the target before each is dropped.
+  std::vector<uint8_t> starts(static_cast<size_t>(o.B * o.T), 0);
+  if (o.docs > 1) {
+    if (o.docs > o.T / 2) throw std::invalid_argument("kbench model-dump: --docs must be at most T / 2");
+    std::vector<double> tg = targets.to_vector();
+    const std::vector<double> u = ops::rand({o.B * o.docs}, o.seed + 3, 0, DType::f64).to_vector();
+    for (int64_t b = 0; b < o.B; ++b) {
+      starts[b * o.T] = 1;
+      for (int64_t i = 1; i < o.docs; ++i) {
+        int64_t t = 1 + static_cast<int64_t>(u[b * o.docs + i] * static_cast<double>(o.T - 2));
+        if (i == 1) starts[b * o.T + t + 1] = 1;  // a one-token document at t
+        starts[b * o.T + t] = 1;
+      }
+      for (int64_t t = 1; t < o.T; ++t)
+        if (starts[b * o.T + t]) tg[b * o.T + t - 1] = -100;
+    }
+    targets = Tensor::from_vector(tg, targets.shape(), targets.dtype());
+  }
+  int64_t valid = 0;
+  for (double t : targets.to_vector()) valid += t >= 0 ? 1 : 0;
+  const std::optional<mixers::Segments> seg =
+      o.docs > 1 ? std::optional<mixers::Segments>(std::in_place, starts, o.B, o.T, dev) : std::nullopt;
   Tensor loss = Tensor::zeros({}, f64 ? DType::f64 : DType::f32, dev);
   m.zero_grad();
-  m.forward_backward(tokens.to(DType::i32).to(dev), targets.to(DType::i32).to(dev),
-                     1.0 / static_cast<double>(o.B * o.T - ignored), loss);
+  m.forward_backward(tokens.to(DType::i32).to(dev), targets.to(DType::i32).to(dev), 1.0 / static_cast<double>(valid),
+                     loss, nullptr, seg ? &*seg : nullptr);
   std::filesystem::create_directories(o.out_dir);
   const std::string dir = o.out_dir + "/";
   {
@@ -245,7 +275,11 @@ int run_model_dump(const StepOptions& o) {
   // The weights exactly as the step used them (f64 under --dtype f64: rounding them to f32 here
   // would hand fla other weights and cap the check at f32's 1e-7).
   io::write_safetensors(dir + "model.safetensors", m.named_params());
-  io::write_safetensors(dir + "batch.safetensors", {{"tokens", tokens}, {"targets", targets}});
+  std::vector<io::NamedTensor> batch = {{"tokens", tokens}, {"targets", targets}};
+  if (seg)
+    batch.push_back(
+        {"starts", Tensor::from_vector(std::vector<double>(starts.begin(), starts.end()), {o.B, o.T}, DType::i64)});
+  io::write_safetensors(dir + "batch.safetensors", batch);
   std::vector<io::NamedTensor> grads = m.named_grads();
   grads.push_back({"loss", loss});
   io::write_safetensors(dir + "grads.safetensors", grads,
@@ -280,6 +314,8 @@ void setup_model_dump(CLI::App& sub, std::function<int()>& run) {
   sub.add_option("--device", o->device, "auto | cpu | cuda[:N]");
   sub.add_option("--dtype", o->dtype, "f32 | f64 (f64: CPU)");
   sub.add_option("--weights", o->weights, "start from these fla-named weights (safetensors) instead of the init");
+  sub.add_option("--docs", o->docs, "packed documents per row (the state restarts at each; fla runs with cu_seqlens)")
+      ->check(CLI::PositiveNumber);
   run = [o] { return run_model_dump(*o); };
 }
 

@@ -38,7 +38,8 @@ struct Segment {
 class WindowSource final : public Source {
  public:
   WindowSource(std::string kind, const DataConfig& cfg, Split split, int64_t T, int64_t vocab)
-      : kind_(std::move(kind)), path_(cfg.path), split_(split), T_(T), V_(vocab), val_fraction_(cfg.val_fraction) {}
+      : kind_(std::move(kind)), path_(cfg.path), split_(split), T_(T), V_(vocab), val_fraction_(cfg.val_fraction),
+        reset_token_(cfg.reset_token()) {}
 
   // Adds the split of a file holding n tokens of `width` bytes from byte `base`; returns it.
   Segment add_file(std::unique_ptr<MappedFile> file, size_t base, int width, int64_t n) {
@@ -77,13 +78,17 @@ class WindowSource final : public Source {
     const Segment& s = segments_[k];
     const int64_t start = w - (k == 0 ? 0 : cumulative_[k - 1]);
     int64_t prev = s.token(start);
+    int64_t valid = T_;
     for (int64_t t = 0; t < T_; ++t) {
       const int64_t nxt = s.token(start + t + 1);
       tokens[t] = static_cast<int32_t>(prev);
-      targets[t] = static_cast<int32_t>(nxt);
+      // a document starts at nxt: with restarts, its first token is not predicted across them
+      const bool boundary = nxt == reset_token_;
+      targets[t] = boundary ? -100 : static_cast<int32_t>(nxt);
+      valid -= boundary ? 1 : 0;
       prev = nxt;
     }
-    return T_;
+    return valid;
   }
 
   int64_t vocab_size() const override { return V_; }
@@ -96,6 +101,7 @@ class WindowSource final : public Source {
   Split split_;
   int64_t T_, V_;
   double val_fraction_;
+  int64_t reset_token_;  // DataConfig::reset_token(): targets equal to it are not scored; -1: none
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::vector<Segment> segments_;    // files with at least one window
   std::vector<int64_t> cumulative_;  // [segments]: windows in segments 0..k

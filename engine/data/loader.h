@@ -48,6 +48,14 @@ struct DataConfig {
   int64_t mqar_min_pairs = 0;        // mqar, training rows: 0 = mqar_pairs; else a mixture (synthetic.cpp)
   double val_fraction = 0.05;        // text / tokens
   int prefetch = 2;                  // batches prepared ahead by the loader thread (0: inline)
+  // Packed documents (text / tokens): the end-of-text token that starts each document (llm.c
+  // puts it before every document; -1: none; the config resolves it, engine/train/config.h),
+  // and whether the model's state restarts there. With both, a target equal to it (the
+  // prediction of the next document's first token across the restart) is not scored.
+  int64_t eot_token = -1;
+  bool reset_state_at_eot = true;
+  // The token where documents restart, or -1: no restarts.
+  int64_t reset_token() const { return reset_state_at_eot && source != "synthetic" ? eot_token : -1; }
 };
 
 struct Batch {

@@ -73,11 +73,24 @@ kda::Dims dims_of(const KdaInputs& in, const KdaConfig& cfg) {
   for (const Tensor* t : {&in.k, &in.v, &in.f, &in.b})
     if (t->dtype() != in.q.dtype()) throw std::invalid_argument("kda: q, k, v, f, b must share one dtype");
   if (chunk < 1) throw std::invalid_argument("kda: chunk must be >= 1 (or 0: auto), got " + std::to_string(cfg.chunk));
-  check_chunk_reset(in.chunk_reset, d.B, d.NT(), in.q.device(), "kda");
+  if (in.seg_start.defined() && (in.seg_start.shape() != Shape{d.B, d.T} || in.seg_start.dtype() != DType::i32 ||
+                                 !(in.seg_start.device() == in.q.device())))
+    throw std::invalid_argument("kda: seg_start must be [B, T] = " + shape_str({d.B, d.T}) +
+                                " i32 on q's device, got " + shape_str(in.seg_start.shape()) + " " +
+                                dtype_name(in.seg_start.dtype()));
   return d;
 }
 
 double resolved_scale(const KdaConfig& cfg, int D) { return mixer::resolved_scale(cfg.scale, D); }
+
+// seg_start [B, T] i32 (or undefined: empty) as the naive recurrence's flags.
+std::vector<uint8_t> token_starts(const Tensor& seg_start) {
+  if (!seg_start.defined()) return {};
+  const std::vector<double> v = seg_start.contiguous().to_vector();
+  std::vector<uint8_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] != 0.0 ? 1 : 0;
+  return out;
+}
 
 // ---- naive -----------------------------------------------------------------------------
 std::vector<double> host(const Tensor& t) { return t.defined() ? t.contiguous().to_vector() : std::vector<double>{}; }
@@ -95,8 +108,8 @@ KdaOutput naive_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kd
   ni.A_log = A.data();
   ni.dt_bias = dt.data();
   ni.h0 = in.h0.defined() ? h0.data() : nullptr;
-  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
-  ni.seg_start = seg.token_starts();
+  const std::vector<uint8_t> starts = token_starts(in.seg_start);
+  ni.seg_start = starts.empty() ? nullptr : starts.data();
   ni.scale = cfg.scale;
   ni.gate = cfg.gate;
   std::vector<double> o(q.size()), ht(static_cast<size_t>(d.B * d.H * d.D * d.D));
@@ -124,8 +137,8 @@ KdaGrads naive_backward_path(const KdaSaved& s, const Tensor& dO, const Tensor& 
   ni.A_log = A.data();
   ni.dt_bias = dt.data();
   ni.h0 = s.has_h0 ? h0.data() : nullptr;
-  const SegmentFlags seg(in.chunk_reset, d.T, d.C);
-  ni.seg_start = seg.token_starts();
+  const std::vector<uint8_t> starts = token_starts(in.seg_start);
+  ni.seg_start = starts.empty() ? nullptr : starts.data();
   ni.scale = s.cfg.scale;
   ni.gate = s.cfg.gate;
   std::vector<double> dq(q.size()), dk(q.size()), dv(q.size()), df(q.size()), db(b.size()), dA(A.size()),
@@ -195,7 +208,12 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
   if (cfg.gate.use_lower_bound) S.g = ops::mul_scalar(ops::sigmoid(ops::mul(ea, S.x)), cfg.gate.lower_bound);
   else S.g = ops::neg(ops::mul(ea, ops::softplus(S.x)));
   S.g = ops::mul(S.g, S.valid);
-  S.Gam = ops::cumsum(S.g, 3);
+  if (in.seg_start.defined()) {  // a packed document's first token: kSegmentStartGate (kernels/kda.h)
+    const Tensor restart = ops::pad(ops::mul_scalar(in.seg_start.to(cdt), kda::kSegmentStartGate), 1, 0, NT * C - d.T);
+    S.Gam = ops::cumsum(ops::add(S.g, restart.view({B, 1, NT, C, 1})), 3);
+  } else {
+    S.Gam = ops::cumsum(S.g, 3);
+  }
   S.gam = S.Gam.narrow(3, C - 1, 1);  // [B,H,NT,1,D]
 
   const Tensor mask_le = ops::tril(Tensor::full({C, C}, 1.0, cdt, dev), 0).view({C, C, 1});
@@ -212,9 +230,7 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
 
   Tensor St = in.h0.defined() ? in.h0.to(cdt).contiguous() : Tensor::zeros({B, H, D, D}, cdt, dev);
   std::vector<Tensor> hs, deltas, outs;
-  const Tensor keep = keep_mask(in.chunk_reset, cdt);
   for (int64_t n = 0; n < NT; ++n) {
-    if (keep.defined()) St = ops::mul(St, keep.select(1, n));  // a segment starts: S_in = 0
     hs.push_back(St.unsqueeze(2));
     const Tensor Wn = S.W.select(2, n), Un = S.U.select(2, n), Qn = S.Qt.select(2, n), Kn = S.Kb.select(2, n);
     const Tensor Dn = ops::sub(Un, ops::matmul(Wn, St));
@@ -246,7 +262,6 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
 
   const Tensor dOc = to_chunks(dO.to(cdt), d);
   Tensor Sp = dht.defined() ? dht.to(cdt).contiguous() : Tensor::zeros({B, H, D, D}, cdt, dev);
-  const Tensor keep = keep_mask(in.chunk_reset, cdt);
   std::vector<Tensor> dDs(static_cast<size_t>(NT)), dhs(static_cast<size_t>(NT));
   for (int64_t n = NT - 1; n >= 0; --n) {
     const Tensor dOn = dOc.select(2, n);
@@ -259,7 +274,6 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
     ops::matmul_out(next, S.Qt.select(2, n), dOn, true, false, scale, 1.0);
     ops::matmul_out(next, S.W.select(2, n), dDn, true, false, -1.0, 1.0);
     Sp = next;
-    if (keep.defined()) Sp = ops::mul(Sp, keep.select(1, n));  // S_in(n) = 0: no gradient before it
   }
   const Tensor dDelta = ops::cat(dDs, 2), dh = ops::cat(dhs, 2);
 
@@ -349,7 +363,7 @@ kda::FusedArgs fused_args(const KdaInputs& in, const KdaConfig& cfg, const kda::
   a.A_log = A_log.data<float>();
   a.dt_bias = dt_bias.data<float>();
   a.h0 = h0.defined() ? h0.data<float>() : nullptr;
-  a.chunk_reset = in.chunk_reset.defined() ? in.chunk_reset.data<int32_t>() : nullptr;
+  a.seg_start = in.seg_start.defined() ? in.seg_start.data<int32_t>() : nullptr;
   return a;
 }
 
@@ -362,7 +376,7 @@ Tensor f32_contig(const Tensor& t) { return t.defined() ? t.to(DType::f32).conti
 KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const kda::Dims& d, KdaSaved& sv) {
   KdaInputs in = in_;
   for (Tensor* t : {&in.q, &in.k, &in.v, &in.f, &in.b}) *t = t->contiguous();
-  if (in.chunk_reset.defined()) in.chunk_reset = in.chunk_reset.contiguous();
+  if (in.seg_start.defined()) in.seg_start = in.seg_start.contiguous();
   const Tensor A_log = f32_contig(in.A_log), dt_bias = f32_contig(in.dt_bias), h0 = f32_contig(in.h0);
   const Device dev = in.q.device();
   kda::FusedArgs a = fused_args(in, cfg, d, A_log, dt_bias, h0);

@@ -41,13 +41,12 @@ struct KdaConfig {
   bool tensor_cores = true;  // fused: scan kernels on tensor cores (false: fp32 CUDA cores)
 };
 
-// chunk_reset (packed documents; optional): [B, NT] i32 at the chunk kda_chunk gives (pass
-// cfg.chunk explicitly), 1 where chunk n of row b starts a segment whose state restarts at
-// zero (kernels/kda.h, FusedArgs::chunk_reset; engine/mixers/segments.h lays rows out so).
-// Every path takes it (naive: as a start at token n * chunk).
+// seg_start (packed documents; optional): [B, T] i32, 1 where a segment starts at token t (any
+// position); its state restarts at zero: exactly on the naive path, through the gate
+// kda::kSegmentStartGate (e^-40) on the ops and fused paths (kernels/kda.h).
 struct KdaInputs {
   Tensor q, k, v, f, b, A_log, dt_bias, h0;
-  Tensor chunk_reset;
+  Tensor seg_start;
 };
 
 // What the backward needs; path-specific. Fused: the state trajectory h [B,H,NT,D,D] f32 and

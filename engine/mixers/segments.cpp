@@ -87,6 +87,21 @@ const Tensor& Segments::start_flags() const {
   return flags_;
 }
 
+const Tensor& Segments::positions() const {
+  if (!positions_.defined()) {
+    std::vector<double> pos(starts_.size());
+    for (int64_t b = 0; b < B_; ++b) {
+      int64_t last = 0;
+      for (int64_t t = 0; t < T_; ++t) {
+        if (starts_[b * T_ + t]) last = t;
+        pos[b * T_ + t] = static_cast<double>(t - last);
+      }
+    }
+    positions_ = Tensor::from_vector(pos, {B_ * T_}, DType::i32, device_);
+  }
+  return positions_;
+}
+
 const SegmentLayout& Segments::layout(int C, int gap) const {
   auto key = std::make_pair(C, gap);
   auto it = layouts_.find(key);

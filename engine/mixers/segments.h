@@ -59,8 +59,11 @@ class Segments {
   const std::vector<uint8_t>& starts() const { return starts_; }
   // A document starts past t = 0 in some row (else every row is one document: no layout).
   bool any() const { return any_; }
-  // [B * T] i32 on the device: 1 where a document starts (the token shift reads zero there).
+  // [B * T] i32 on the device: 1 where a document starts (KDA's mixer).
   const Tensor& start_flags() const;
+  // [B * T] i32 on the device: each token's position in its document (0 at a start; t where no
+  // start precedes it in the row): the short convolutions' and token shifts' restarts.
+  const Tensor& positions() const;
   const SegmentLayout& layout(int C, int gap) const;
 
  private:
@@ -68,7 +71,7 @@ class Segments {
   int64_t B_ = 0, T_ = 0;
   Device device_;
   bool any_ = false;
-  mutable Tensor flags_;
+  mutable Tensor flags_, positions_;
   mutable std::map<std::pair<int, int>, SegmentLayout> layouts_;
 };
 

@@ -41,12 +41,10 @@ struct KdaBlockSaved final : BlockSaved {
   Tensor q_lin, k_lin, v_lin;  // [B, T, H*K] projections before the short convs
   Tensor f1;                   // [B, T, K] f_proj.0 output
   std::shared_ptr<mixers::KdaSaved> kda;
-  // Packed documents: the layout the convs and the mixer ran in (q_lin, k_lin, v_lin are in
-  // it, [B, Tp, H*K]); null: the plain [B, T] rows.
-  const mixers::SegmentLayout* layout = nullptr;
-  Tensor o;   // [B, T, H, K] KDA output
-  Tensor g1;  // [B, T, K] g_proj.0 output
-  Tensor gg;  // [B, T, H, K] gate of the output norm
+  Tensor positions;  // packed documents: [B*T] i32 positions in the documents (convs), or undefined
+  Tensor o;          // [B, T, H, K] KDA output
+  Tensor g1;         // [B, T, K] g_proj.0 output
+  Tensor gg;         // [B, T, H, K] gate of the output norm
   nn::NormStats o_norm;
   Tensor on;  // [B, T, H*K] gated-norm output (o_proj input)
   Tensor h;   // [B, T, d] after the attention residual
@@ -128,37 +126,32 @@ Tensor kda_block_forward(const BlockContext& ctx, const ParamMap& w, const Tenso
     s->xn = xn.y;
     s->attn_norm = xn.stats;
     mixers::KdaInputs in;
-    mixers::KdaConfig kcfg = kda_mixer_config(cfg, x.device());
+    // Packed documents: the convs' taps and the mixer's state restart at each document start.
     if (ctx.segments != nullptr && ctx.segments->any()) {
-      // Packed documents: the convs and the mixer run in the layout where every document
-      // starts on a chunk boundary after kConvSize - 1 padding rows (engine/mixers/segments.h).
-      kcfg.chunk = mixers::kda_chunk(kcfg, {B, T, H, K}, s->xn.dtype());
-      s->layout = &ctx.segments->layout(kcfg.chunk, static_cast<int>(kConvSize - 1));
-      in.chunk_reset = s->layout->chunk_reset;
+      s->positions = ctx.segments->positions();
+      in.seg_start = ctx.segments->start_flags().view({B, T});
     }
-    const int64_t Tm = s->layout != nullptr ? s->layout->Tp : T;  // rows of the convs and the mixer
-    auto in_layout = [&](const Tensor& t, double fill) {
-      return s->layout != nullptr ? mixers::to_layout(t, *s->layout, fill) : t;
-    };
     {
       StageScope proj("proj");
-      s->q_lin = in_layout(nn::linear_forward(s->xn, at(w, "attn.q_proj.weight")), 0.0);
-      s->k_lin = in_layout(nn::linear_forward(s->xn, at(w, "attn.k_proj.weight")), 0.0);
-      s->v_lin = in_layout(nn::linear_forward(s->xn, at(w, "attn.v_proj.weight")), 0.0);
-      in.q = nn::short_conv_forward(s->q_lin, conv_view(at(w, "attn.q_conv1d.weight"))).view({B, Tm, H, K});
-      in.k = nn::short_conv_forward(s->k_lin, conv_view(at(w, "attn.k_conv1d.weight"))).view({B, Tm, H, K});
-      in.v = nn::short_conv_forward(s->v_lin, conv_view(at(w, "attn.v_conv1d.weight"))).view({B, Tm, H, K});
+      s->q_lin = nn::linear_forward(s->xn, at(w, "attn.q_proj.weight"));
+      s->k_lin = nn::linear_forward(s->xn, at(w, "attn.k_proj.weight"));
+      s->v_lin = nn::linear_forward(s->xn, at(w, "attn.v_proj.weight"));
+      in.q = nn::short_conv_forward(s->q_lin, conv_view(at(w, "attn.q_conv1d.weight")), true, s->positions)
+                 .view({B, T, H, K});
+      in.k = nn::short_conv_forward(s->k_lin, conv_view(at(w, "attn.k_conv1d.weight")), true, s->positions)
+                 .view({B, T, H, K});
+      in.v = nn::short_conv_forward(s->v_lin, conv_view(at(w, "attn.v_conv1d.weight")), true, s->positions)
+                 .view({B, T, H, K});
       s->f1 = nn::linear_forward(s->xn, at(w, "attn.f_proj.0.weight"));
-      in.f = in_layout(nn::linear_forward(s->f1, at(w, "attn.f_proj.1.weight")), mixers::kIdentityGateFill)
-                 .view({B, Tm, H, K});
-      in.b = in_layout(nn::linear_forward(s->xn, at(w, "attn.b_proj.weight")), 0.0);
+      in.f = nn::linear_forward(s->f1, at(w, "attn.f_proj.1.weight")).view({B, T, H, K});
+      in.b = nn::linear_forward(s->xn, at(w, "attn.b_proj.weight"));
     }
     in.A_log = at(w, "attn.A_log");
     in.dt_bias = at(w, "attn.dt_bias");
     {
       StageScope mixer("kda");
-      mixers::KdaOutput out = mixers::kda_forward(in, kcfg);
-      s->o = s->layout != nullptr ? mixers::from_layout(out.o, *s->layout) : out.o.contiguous();
+      mixers::KdaOutput out = mixers::kda_forward(in, kda_mixer_config(cfg, x.device()));
+      s->o = out.o.contiguous();
       if (ctx.training) s->kda = std::move(out.saved);
     }
     StageScope post("out");
@@ -235,21 +228,14 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
     s->o = Tensor();
   }
   mixers::KdaGrads dk;
-  const mixers::SegmentLayout* lay = s->layout;
   {
     StageScope mixer("kda");
-    if (lay != nullptr) do_ = mixers::to_layout(do_, *lay, 0.0);
     dk = mixers::kda_backward(std::move(s->kda), do_);
     do_ = Tensor();
   }
-  auto out_of_layout = [&](Tensor& t) {
-    if (lay != nullptr) t = mixers::from_layout(t, *lay);
-  };
   StageScope proj("proj");
   ops::add_(at(g, "attn.A_log"), dk.dA_log.reshape(at(g, "attn.A_log").shape()));
   ops::add_(at(g, "attn.dt_bias"), dk.ddt_bias.reshape(at(g, "attn.dt_bias").shape()));
-  out_of_layout(dk.db);
-  out_of_layout(dk.df);
   ops::add_(dxn, nn::linear_backward(dk.db, s->xn, at(w, "attn.b_proj.weight"), at(g, "attn.b_proj.weight")));
   dk.db = Tensor();
   Tensor df1 = nn::linear_backward(dk.df.reshape({B, T, H * K}), s->f1, at(w, "attn.f_proj.1.weight"),
@@ -270,10 +256,9 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
                              {"attn.q_proj.weight", "attn.q_conv1d.weight", &dk.dq, &s->q_lin}};
   for (const Branch& br : branches) {
     Tensor dconv_w = conv_view(at(g, br.conv));
-    Tensor dlin = nn::short_conv_backward(br.grad->reshape({B, br.lin->size(1), H * K}), *br.lin,
-                                          conv_view(at(w, br.conv)), dconv_w);
+    Tensor dlin = nn::short_conv_backward(br.grad->reshape({B, T, H * K}), *br.lin, conv_view(at(w, br.conv)), dconv_w,
+                                          true, s->positions);
     *br.grad = Tensor();
-    out_of_layout(dlin);
     ops::add_(dxn, nn::linear_backward(dlin, s->xn, at(w, br.proj), at(g, br.proj)));
     *br.lin = Tensor();
   }

@@ -57,9 +57,9 @@ struct Rwkv6BlockSaved final : BlockSaved {
   Tensor lw;          // [B, T, Lg] tanh(xl_w L0^T)
   Tensor w;           // [B, T, key_dim] -exp(...) (its own derivative)
   std::shared_ptr<mixers::Rwkv6Saved> mix;
-  // Packed documents: the token shifts' document starts ([B*T] i32) and the mixer's layout
+  // Packed documents: the token shifts' document positions ([B*T] i32) and the mixer's layout
   // (engine/mixers/segments.h); undefined / null: one document a row.
-  Tensor starts;
+  Tensor positions;
   const mixers::SegmentLayout* layout = nullptr;
   Tensor o;  // [B, T, H, K] mixer output
   nn::NormStats g_norm;
@@ -188,13 +188,13 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     mixers::Rwkv6Inputs in;
     mixers::Rwkv6Config mcfg = rwkv6_mixer_config(cfg, x.device());
     if (ctx.segments != nullptr && ctx.segments->any()) {
-      s->starts = ctx.segments->start_flags();
+      s->positions = ctx.segments->positions();
       s->layout = &ctx.segments->layout(mcfg.chunk, 0);
     }
     {
       StageScope proj("proj");
       // delta = shift(a) - a, xx = a + delta mu_x (one fused pass).
-      nn::ShiftMixOut sm = nn::shift_mix_forward(s->a, {at(w, "attn.x_proj.0.mu")}, s->starts);
+      nn::ShiftMixOut sm = nn::shift_mix_forward(s->a, {at(w, "attn.x_proj.0.mu")}, s->positions);
       s->delta = std::move(sm.delta);
       s->xx = std::move(sm.out[0]);
       // Data-dependent lerp: z = tanh(x_proj.0(xx)), m_i = x_proj.2 slice i (z_i) + x_bias[i].
@@ -241,7 +241,7 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     s->f = fn.y;
     s->ffn_norm = fn.stats;
     // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r} (one fused pass)
-    nn::ShiftMixOut fm = nn::shift_mix_forward(s->f, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, s->starts);
+    nn::ShiftMixOut fm = nn::shift_mix_forward(s->f, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, s->positions);
     s->fd = std::move(fm.delta);
     s->fk = std::move(fm.out[0]);
     s->fr = std::move(fm.out[1]);
@@ -286,7 +286,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     s->fr = Tensor();
     // fd = shift(f) - f, f{k,r} = f + fd mu_{k,r}
     Tensor df = nn::shift_mix_backward({dfk, dfr}, s->fd, {at(w, "ffn.key.mu"), at(w, "ffn.receptance.mu")}, Tensor(),
-                                       Tensor(), {&at(g, "ffn.key.mu"), &at(g, "ffn.receptance.mu")}, s->starts);
+                                       Tensor(), {&at(g, "ffn.key.mu"), &at(g, "ffn.receptance.mu")}, s->positions);
     dfk = dfr = s->fd = Tensor();
     s->f = Tensor();
     dh = nn::layer_norm_backward(df, s->h, at(w, "ffn_norm.weight"), s->ffn_norm, at(g, "ffn_norm.weight"),
@@ -376,7 +376,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   }
   // delta = shift(a) - a, xx = a + delta mu_x, with the lerps' da5 and ddelta5
   da = nn::shift_mix_backward({dxx}, s->delta, {at(w, "attn.x_proj.0.mu")}, lg.ddelta, lg.da,
-                              {&at(g, "attn.x_proj.0.mu")}, s->starts);
+                              {&at(g, "attn.x_proj.0.mu")}, s->positions);
   dxx = lg.da = lg.ddelta = s->delta = Tensor();
   s->a = Tensor();
   Tensor dr = nn::layer_norm_backward(da, s->r, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"),

@@ -50,20 +50,20 @@ void run(LerpOp op, kern::LerpParams& p, const Tensor& a) {
   ex.k.lerp(op, a.dtype(), p, ex.stream);
 }
 
-// starts: undefined, or [B*T] i32 on a's device (contiguous); its pointer, kept alive by the caller.
-const int32_t* start_flags(const Tensor& starts, const Tensor& a, const char* op) {
-  if (!starts.defined()) return nullptr;
-  if (starts.dtype() != DType::i32 || starts.numel() != a.size(0) * a.size(1) || !(starts.device() == a.device()) ||
-      !starts.is_contiguous())
-    throw std::invalid_argument(std::string(op) + ": starts must be [B*T] = [" + std::to_string(a.size(0) * a.size(1)) +
-                                "] contiguous i32 on a's device, got " + shape_str(starts.shape()) + " " +
-                                dtype_name(starts.dtype()));
-  return starts.data<int32_t>();
+// positions: undefined, or [B*T] i32 on a's device (contiguous); its pointer, kept alive by the caller.
+const int32_t* document_positions(const Tensor& positions, const Tensor& a, const char* op) {
+  if (!positions.defined()) return nullptr;
+  if (positions.dtype() != DType::i32 || positions.numel() != a.size(0) * a.size(1) ||
+      !(positions.device() == a.device()) || !positions.is_contiguous())
+    throw std::invalid_argument(std::string(op) + ": positions must be [B*T] = [" +
+                                std::to_string(a.size(0) * a.size(1)) + "] contiguous i32 on a's device, got " +
+                                shape_str(positions.shape()) + " " + dtype_name(positions.dtype()));
+  return positions.data<int32_t>();
 }
 
 }  // namespace
 
-ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, const Tensor& starts) {
+ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, const Tensor& positions) {
   const char* op = "shift_mix_forward";
   detail::check_defined(a, op);
   detail::check_float(a, op);
@@ -76,7 +76,7 @@ ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, c
   r.delta = Tensor::empty(a.shape(), a.dtype(), a.device());
   kern::LerpParams p;
   p.nmix = static_cast<int>(mus.size());
-  p.start = start_flags(starts, a, op);
+  p.pos = document_positions(positions, a, op);
   p.a = ac.data_ptr();
   p.delta = r.delta.data_ptr();
   for (size_t j = 0; j < mus.size(); ++j) {
@@ -91,7 +91,7 @@ ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, c
 
 Tensor shift_mix_backward(const std::vector<Tensor>& douts, const Tensor& delta, const std::vector<Tensor>& mus,
                           const Tensor& ddelta_in, const Tensor& da_in, std::vector<Tensor*> dmus,
-                          const Tensor& starts) {
+                          const Tensor& positions) {
   const char* op = "shift_mix_backward";
   detail::check_defined(delta, op);
   detail::check_float(delta, op);
@@ -109,7 +109,7 @@ Tensor shift_mix_backward(const std::vector<Tensor>& douts, const Tensor& delta,
   kern::LerpParams p;
   p.backward = true;
   p.nmix = static_cast<int>(douts.size());
-  p.start = start_flags(starts, delta, op);
+  p.pos = document_positions(positions, delta, op);
   std::vector<Tensor> mu;
   for (size_t j = 0; j < douts.size(); ++j) {
     p.dout[j] = in(douts[j], "dout");

@@ -15,15 +15,15 @@ struct ShiftMixOut {
   Tensor delta;             // [B, T, d]
   std::vector<Tensor> out;  // [B, T, d] each
 };
-// starts (packed documents, optional): [B*T] i32, 1 where a document starts: the shift reads 0
-// there (mixers::Segments::start_flags).
-ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, const Tensor& starts = Tensor());
+// positions (packed documents, optional): [B*T] i32, each token's position in its document
+// (mixers::Segments::positions): the shift reads 0 where it is 0.
+ShiftMixOut shift_mix_forward(const Tensor& a, const std::vector<Tensor>& mus, const Tensor& positions = Tensor());
 // dout[j] = d loss / d out[j]; ddelta_in, da_in (optional, undefined = 0): gradients
 // reaching delta and a by other paths. Returns da; dmu[j] (= sum over tokens of
 // dout[j] delta, [d] in mu's dtype) is accumulated (+=) into the tensors of `dmus`.
 Tensor shift_mix_backward(const std::vector<Tensor>& douts, const Tensor& delta, const std::vector<Tensor>& mus,
                           const Tensor& ddelta_in, const Tensor& da_in, std::vector<Tensor*> dmus,
-                          const Tensor& starts = Tensor());
+                          const Tensor& positions = Tensor());
 
 // a, delta [B, T, d]; mraw [5, B*T, d] (the lerp projections without bias); bias [5, d].
 // m = mraw + bias (written over mraw when mraw is contiguous and may be reused: in_place),

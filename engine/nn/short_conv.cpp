@@ -33,24 +33,31 @@ void check_x_w(const Tensor& x, const Tensor& w, const char* op) {
                  " (x " + desc(x) + ")");
 }
 
-kern::ConvParams params_of(const Tensor& x, const Tensor& w, bool silu) {
+kern::ConvParams params_of(const Tensor& x, const Tensor& w, bool silu, const Tensor& positions, const char* op) {
   kern::ConvParams p;
   p.B = x.size(0);
   p.T = x.size(1);
   p.C = x.size(2);
   p.W = w.size(1);
   p.silu = silu;
+  if (positions.defined()) {
+    if (positions.dtype() != DType::i32 || positions.numel() != p.B * p.T || positions.device() != x.device() ||
+        !positions.is_contiguous())
+      fail(op, "positions " + desc(positions) + " must be [B*T] = [" + std::to_string(p.B * p.T) +
+                   "] contiguous i32 on x's device");
+    p.pos = positions.data<int32_t>();
+  }
   return p;
 }
 
 }  // namespace
 
-Tensor short_conv_forward(const Tensor& x, const Tensor& w, bool silu) {
+Tensor short_conv_forward(const Tensor& x, const Tensor& w, bool silu, const Tensor& positions) {
   check_x_w(x, w, "short_conv_forward");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.numel() == 0) return y;
   const Tensor xc = x.contiguous(), wc = w.contiguous();
-  kern::ConvParams p = params_of(x, w, silu);
+  kern::ConvParams p = params_of(x, w, silu, positions, "short_conv_forward");
   p.x = xc.data_ptr();
   p.w = wc.data_ptr();
   p.y = y.data_ptr();
@@ -59,7 +66,8 @@ Tensor short_conv_forward(const Tensor& x, const Tensor& w, bool silu) {
   return y;
 }
 
-Tensor short_conv_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, bool silu) {
+Tensor short_conv_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, bool silu,
+                           const Tensor& positions) {
   const char* op = "short_conv_backward";
   check_x_w(x, w, op);
   if (!dy.defined()) fail(op, "dy is undefined");
@@ -73,7 +81,7 @@ Tensor short_conv_backward(const Tensor& dy, const Tensor& x, const Tensor& w, T
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.numel() == 0) return dx;
   const Tensor xc = x.contiguous(), dyc = dy.contiguous(), wc = w.contiguous();
-  kern::ConvParams p = params_of(x, w, silu);
+  kern::ConvParams p = params_of(x, w, silu, positions, op);
   // [Q, C, W]: per-slot dw partials (kernels/conv.h)
   Tensor scratch = Tensor::empty({kern::conv_weight_slots(p.B, p.T) * p.C * p.W}, w.dtype(), x.device());
   p.x = xc.data_ptr();

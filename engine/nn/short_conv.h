@@ -10,7 +10,10 @@
 
 namespace lt::nn {
 
-Tensor short_conv_forward(const Tensor& x, const Tensor& w, bool silu = true);
-Tensor short_conv_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, bool silu = true);
+// positions (packed documents, optional): [B*T] i32, each token's position in its document
+// (mixers::Segments::positions); no tap reads across a document start (kernels/conv.h).
+Tensor short_conv_forward(const Tensor& x, const Tensor& w, bool silu = true, const Tensor& positions = Tensor());
+Tensor short_conv_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, bool silu = true,
+                           const Tensor& positions = Tensor());
 
 }  // namespace lt::nn

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/data/tokenizer.h"
 #include "engine/model/arch.h"
 
 namespace lt::train {
@@ -172,6 +173,24 @@ bool path_exists_or_glob(const std::string& p) {
   return found;
 }
 
+// The id of <|endoftext|> in the tokenizer.json beside token shards (the folder of `path`, or
+// of its glob), or -1 when there is no tokenizer.json or no such token.
+int64_t eot_from_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  std::error_code ec;
+  const fs::path file = (fs::is_directory(p, ec) ? p : p.parent_path()) / "tokenizer.json";
+  if (!fs::exists(file, ec)) return -1;
+  try {
+    const std::vector<int32_t> ids = data::Tokenizer::from_file(file.string()).encode("<|endoftext|>");
+    return ids.size() == 1 ? ids[0] : -1;
+  } catch (const std::exception& e) {
+    throw ConfigError("config key 'data.eot_token' (-1: from the tokenizer): '" + file.string() +
+                      "' could not be read (" + e.what() +
+                      "); set data.eot_token to the end-of-text id, or data.reset_state_at_eot to false");
+  }
+}
+
 // auto | cpu | cuda | cuda:N
 bool device_spec_ok(const std::string& d) {
   if (d == "auto" || d == "cpu" || d == "cuda") return true;
@@ -235,6 +254,12 @@ const std::vector<SchemaEntry>& config_schema() {
               "over 2x, 4x, ... up to data.mqar_pairs (Zoology's recipe for the hard settings)"),
       number("data.val_fraction", 0.05, 0.0, 0.5, "text / tokens: tail fraction held out for validation"),
       integer("data.prefetch", 2, 0, 64, "batches prepared ahead by the loader thread (0: inline)"),
+      integer("data.eot_token", -1, -1, (1 << 24) - 1,
+              "text / tokens: the end-of-text token that starts each document; -1: tokens: the id of "
+              "<|endoftext|> in the tokenizer.json beside the shards (none without one); text: none"),
+      boolean("data.reset_state_at_eot", true,
+              "packed documents: the mixers' state, short convolutions and token shifts restart at every "
+              "end-of-text token, and the target across it is not scored (on where the data have one)"),
       // train
       integer("train.batch_size", 8, 1, 1 << 20,
               "sequences per micro-batch (B), over all data-parallel ranks (each takes B / ranks rows)"),
@@ -433,6 +458,13 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
     if (d.source == "tokens") d.vocab_size = m.vocab_size;
     if (d.source == "text") d.vocab_size = 256;
   }
+  d.eot_token = get<int64_t>(eff, "data.eot_token");
+  d.reset_state_at_eot = get<bool>(eff, "data.reset_state_at_eot");
+  if (d.eot_token >= d.vocab_size && d.source != "synthetic")
+    throw ConfigError("config key 'data.eot_token' (" + std::to_string(d.eot_token) + ") must be below the data's " +
+                      "vocabulary (" + std::to_string(d.vocab_size) + ")");
+  if (d.eot_token < 0 && d.source == "tokens" && d.reset_state_at_eot && check_files)
+    d.eot_token = eot_from_tokenizer(d.path);
 
   TrainConfig& t = rc.train;
   t.batch_size = get<int64_t>(eff, "train.batch_size");

@@ -33,6 +33,18 @@ Device resolve_run_device(const RunConfig& rc) {
   return d;
 }
 
+std::optional<mixers::Segments> batch_segments(const data::Batch& batch, const data::DataConfig& dc, Device device) {
+  const int64_t eot = dc.reset_token();
+  if (eot < 0) return std::nullopt;
+  const int64_t n = batch.B * batch.T;
+  const int32_t* tok = batch.token_data();
+  std::vector<uint8_t> starts(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) starts[i] = tok[i] == eot ? 1 : 0;
+  mixers::Segments seg(std::move(starts), batch.B, batch.T, device);
+  if (!seg.any()) return std::nullopt;
+  return seg;
+}
+
 EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches) {
   StageScope stage("eval");
   const int64_t B = rc.train.batch_size, T = rc.train.seq_len;
@@ -54,7 +66,8 @@ EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches) {
     Tensor targets =
         Tensor::from_vector(std::vector<int64_t>(b.targets.begin(), b.targets.end()), {B, T}, DType::i32, dev);
     Tensor flags = Tensor::full({B * T}, -1.0, DType::i32, dev);
-    m.evaluate(tokens, targets, 1.0 / static_cast<double>(valid), loss, flags);
+    const std::optional<mixers::Segments> seg = batch_segments(b, rc.data, dev);
+    m.evaluate(tokens, targets, 1.0 / static_cast<double>(valid), loss, flags, seg ? &*seg : nullptr);
     for (double f : flags.to_vector()) correct += f > 0.5 ? 1 : 0;
   }
   r.loss = loss.item();

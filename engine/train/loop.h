@@ -68,10 +68,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/data/loader.h"
 #include "engine/device.h"
+#include "engine/mixers/segments.h"
 #include "engine/model/model.h"
 #include "engine/parallel/job.h"
 #include "engine/train/checkpoint.h"
@@ -162,6 +165,12 @@ struct EvalResult {
 // Validation loss and accuracy over `batches` fresh validation batches (the same batches
 // every call: the validation loader restarts from the seed).
 EvalResult evaluate(model::Model& m, const RunConfig& rc, int64_t batches);
+
+// Packed documents of a host batch: the rows' document starts (tokens equal to
+// data.reset_token(): the end-of-text token that opens each document) when the run restarts
+// the state there and some row holds a start past t = 0; nullopt otherwise. Build it before
+// data::upload (which returns a staged batch's slot).
+std::optional<mixers::Segments> batch_segments(const data::Batch& batch, const data::DataConfig& dc, Device device);
 
 // Sampling: engine/model/sampling.h; prompts and printed samples: engine/train/prompt.h.
 

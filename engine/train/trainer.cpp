@@ -252,6 +252,11 @@ RunResult Trainer::run() {
   spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, mixer chunk {}{}, out {}",
                model::arch_name(rc_.model.arch), model_->num_params(), dev_.str(), tc_.steps, tokens_per_step_,
                model_->mixer_chunk(B_ / world_, T_), rc_.model.chunk == 0 ? " (auto)" : "", rc_.out_dir);
+  if (rc_.data.reset_token() >= 0)
+    spdlog::info(
+        "packed documents: the state restarts at every token {} (data.eot_token), whose prediction is not "
+        "scored (data.reset_state_at_eot)",
+        rc_.data.reset_token());
   if (job_)
     spdlog::info("data parallel: {} ranks ({}), {} rows each; {} gradient buckets, {} reduction{}{}", world_,
                  job_->comm().backend(), B_ / world_, sync_->buckets().size(), rc_.dist.reduce_bf16 ? "bf16" : "fp32",
@@ -347,13 +352,16 @@ void Trainer::enqueue_step() {
     const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
     for (size_t i = 0; i < batches.size(); ++i) {
       data::DeviceBatch d;
+      std::optional<mixers::Segments> seg;  // packed documents (data.reset_state_at_eot)
       {
         StageScope stage("data/upload");
+        seg = batch_segments(batches[i], rc_.data, dev_);
         d = data::upload(batches[i], dev_);
       }
       // The last micro-batch completes the gradients: its backward starts their reduction.
       const bool last = i + 1 == batches.size();
-      model_->forward_backward(d.tokens, d.targets, inv_count, loss_accum_, sync_ && last ? &sync_->hook() : nullptr);
+      model_->forward_backward(d.tokens, d.targets, inv_count, loss_accum_, sync_ && last ? &sync_->hook() : nullptr,
+                               seg ? &*seg : nullptr);
     }
   }
   if (sync_) {

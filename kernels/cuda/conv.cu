@@ -52,6 +52,7 @@ __global__ void conv_forward_tiles(ConvParams p) {
     const int64_t t1 = t0 + kConvTileT < T_ ? t0 + kConvTileT : T_;
     const T* xb = x + b * T_ * C + c;  // x[b, t, c] = xb[t * C]
     T* yb = y + b * T_ * C + c;
+    const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
     float xw[kMaxW];  // before row t0: xw[k] = x[t0 - 8 + k]; only the last W - 1 are read
 #pragma unroll
     for (int k = 0; k < kMaxW; ++k) {
@@ -62,10 +63,11 @@ __global__ void conv_forward_tiles(ConvParams p) {
 #pragma unroll
       for (int k = 0; k + 1 < kMaxW; ++k) xw[k] = xw[k + 1];
       xw[kMaxW - 1] = load_as_compute(xb[t * C]);
+      const int since = pb ? pb[t] : kMaxW;  // tap k (lag kMaxW - 1 - k) counts when its lag <= since
       float a = 0.0f;
 #pragma unroll
       for (int k = 0; k < kMaxW; ++k)
-        if (k >= kMaxW - W) a += wr[k] * xw[k];
+        if (k >= kMaxW - W && kMaxW - 1 - k <= since) a += wr[k] * xw[k];
       yb[t * C] = store_from_compute<T>(p.silu ? silu_of(a) : a);
     }
   }
@@ -96,33 +98,39 @@ __global__ void conv_backward_tiles(ConvParams p) {
     const T* xb = x + b * T_ * C + c;
     const T* dyb = dy + b * T_ * C + c;
     T* dxb = dx + b * T_ * C + c;
-    float xw[kMaxW], dwin[kMaxW], dw_part[kMaxW];  // xw[k] = x[t - W + 1 + k]; dwin[j] = da[t + j]
+    const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
+    // xw[k] = x[t - W + 1 + k]; dwin[j] = da[t + j], swin[j] = pos[t + j] (tap of lag j into x[t])
+    float xw[kMaxW], dwin[kMaxW], dw_part[kMaxW];
+    int swin[kMaxW];
 #pragma unroll
     for (int k = 0; k < kMaxW; ++k) {
       const int64_t ts = t_hi - W + 1 + k;
       xw[k] = (k < W && ts >= 0) ? load_as_compute(xb[ts * C]) : 0.0f;
       dwin[k] = 0.0f;  // da beyond t_hi: past the sequence end, or not needed by this tile
+      swin[k] = kMaxW;
       dw_part[k] = 0.0f;
     }
     for (int64_t t = t_hi; t >= t0; --t) {
+      const int since = pb ? pb[t] : kMaxW;  // tap k of a[t] (lag W - 1 - k) counts when its lag <= since
       float a = 0.0f;
 #pragma unroll
       for (int k = 0; k < kMaxW; ++k)
-        if (k < W) a += wl[k] * xw[k];
+        if (k < W && W - 1 - k <= since) a += wl[k] * xw[k];
       const float g = load_as_compute(dyb[t * C]);
       const float da = p.silu ? g * silu_grad(a) : g;
 #pragma unroll
-      for (int j = kMaxW - 1; j > 0; --j) dwin[j] = dwin[j - 1];
+      for (int j = kMaxW - 1; j > 0; --j) dwin[j] = dwin[j - 1], swin[j] = swin[j - 1];
       dwin[0] = da;
+      swin[0] = since;
       if (t < t_tile_end) {
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < kMaxW; ++j)
-          if (j < W) acc += wrev[j] * dwin[j];
+          if (j < W && j <= swin[j]) acc += wrev[j] * dwin[j];
         dxb[t * C] = store_from_compute<T>(acc);
 #pragma unroll
         for (int k = 0; k < kMaxW; ++k)
-          if (k < W) dw_part[k] += da * xw[k];
+          if (k < W && W - 1 - k <= since) dw_part[k] += da * xw[k];
       }
 #pragma unroll
       for (int k = kMaxW - 1; k > 0; --k) xw[k] = xw[k - 1];

@@ -50,7 +50,8 @@ KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, f
 
 // Loads columns [k0, k0+KS) of q^ and k^ (normalised; 0 on rows >= L) and the gate, and
 // leaves Gamma (log2 units, chunk-local cumsum, g = 0 on rows >= L so Gamma_{C-1} = gamma)
-// in gs. Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L).
+// in gs; a packed document's first token adds kSegmentStartGate to its g (FusedArgs::seg_start).
+// Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L).
 // Ends with a sync.
 template <class G, class T, class Blk>
 KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int k0, const float* rq,
@@ -65,7 +66,9 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
     const int r = e / (G::KS / 2), c = 2 * (e % (G::KS / 2));
     float qv[2] = {0.0f, 0.0f}, kv[2] = {0.0f, 0.0f}, xv[2];
     GateVal gv[2] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
+    float restart = 0.0f;
     if (r < cp.L) {
+      if (a.seg_start != nullptr && a.seg_start[cp.b * a.dims.T + cp.t0 + r] != 0) restart = kSegmentStartGate;
       const int64_t i = cp.in(a.dims, r, k0 + c);
       ld2(q, i, qv[0], qv[1]);
       ld2(k, i, kv[0], kv[1]);
@@ -82,7 +85,7 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
       const int at = r * G::LS + c + u;
       if (sq) sq[at] = qv[u];
       if (sk) sk[at] = kv[u];
-      gs[at] = gv[u].g * kLog2e;
+      gs[at] = (gv[u].g + restart) * kLog2e;
       if (gx) gx[at] = gv[u].dgdx;
       if (ga) ga[at] = gv[u].dgda;
     }

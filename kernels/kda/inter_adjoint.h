@@ -6,21 +6,20 @@
 
 namespace lt::kda::KDA_BLOCKS_NS {
 
-// The scans' S' update on the tensor-core path: S' = e^gamma S' + acc (0 on a reset) over a warp's NTILES
+// The scans' S' update on the tensor-core path: S' = e^gamma S' + acc over a warp's NTILES
 // accumulator tiles (acc[4 u + e]: element e of tile u), then acc = 0. at(u, e, i) gives
 // element e of tile u: its state row i and its index in Sp. Every load is issued before any
 // store, so that the loads are not each ordered behind the previous element's store (a
 // shared-memory round trip each).
-// reset: the chunk starts a segment (FusedArgs::chunk_reset), so S' = 0 goes to the chunk before.
 template <int NTILES, class FAt>
-KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at, bool reset) {
+KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at) {
   KDA_UNROLL
   for (int u = 0; u < NTILES; ++u) {
     KDA_UNROLL
     for (int e = 0; e < 4; ++e) {
       int i;
       const int x = at(u, e, i);
-      acc[4 * u + e] = reset ? 0.0f : eg[i] * Sp[x] + acc[4 * u + e];
+      acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
     }
   }
   KDA_UNROLL
@@ -137,8 +136,6 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   if constexpr (!kStatePrefetch) copy_state(NT - 1);
   fetch_rows(NT - 1, 0);
   for (int64_t n = NT - 1; n >= 0; --n) {
-    // a chunk that starts a segment: its S_in = 0, so nothing flows back to the chunk before
-    const bool reset = a.chunk_reset != nullptr && a.chunk_reset[b * NT + n] != 0;
     if constexpr (kStatePrefetch) {
       KDA_UNROLL
       for (int m = 0; m < MS; ++m) {
@@ -315,14 +312,14 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
           i = (ti / TN) * 16 + r;
           return i * LD + (ti % TN) * 8 + c;
         };
-        update_state_tiles<NACC_T>(Sp, eg, acc, at, reset);
+        update_state_tiles<NACC_T>(Sp, eg, acc, at);
       }
     } else {
       KDA_UNROLL
       for (int m = 0; m < NACC; ++m) {
         const int e = tid + m * NT_;
         const int i = e / D, j = e % D;
-        Sp[i * LD + j] = reset ? 0.0f : eg[i] * Sp[i * LD + j] + acc[m];
+        Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
         acc[m] = 0.0f;
       }
     }
@@ -474,8 +471,6 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   fetch_state(NT - 1);
   fetch_rows(NT - 1, 0);
   for (int64_t n = NT - 1; n >= 0; --n) {
-    // a chunk that starts a segment: its S_in = 0, so nothing flows back to the chunk before
-    const bool reset = a.chunk_reset != nullptr && a.chunk_reset[b * NT + n] != 0;
     KDA_UNROLL
     for (int m = 0; m < MS; ++m) {
       const int e = 2 * (tid + m * NT_);
@@ -614,7 +609,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         i = (ti / TNV) * 16 + r;
         return i * LD + c0 + (ti % TNV) * 8 + c;
       };
-      update_state_tiles<SC::NACC_T>(Sp, eg, acc, at, reset);
+      update_state_tiles<SC::NACC_T>(Sp, eg, acc, at);
       if (n > 0) {  // this thread's updated elements, to the export tile
         KDA_UNROLL
         for (int u = 0; u < SC::NACC_T; ++u) {
@@ -631,7 +626,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       for (int m = 0; m < SC::NACC_S; ++m) {
         const int e = tid + m * NT_;
         const int i = e / VT, j = c0 + e % VT;
-        Sp[i * LD + j] = reset ? 0.0f : eg[i] * Sp[i * LD + j] + acc[m];
+        Sp[i * LD + j] = eg[i] * Sp[i * LD + j] + acc[m];
         acc[m] = 0.0f;
         if (n > 0) export_elem(Eb, i, j, Sp[i * LD + j]);
       }

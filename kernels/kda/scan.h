@@ -83,11 +83,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     }
     if (tid < D) eg[tid] = expf(pE);
     if (kPrefetch && n + 1 < NT) fetch(n + 1);
-    blk.sync();                                                        // S of the previous step complete, tiles stored
-    if (a.chunk_reset != nullptr && a.chunk_reset[b * NT + n] != 0) {  // a segment starts: S_in = 0
-      for (int e = tid; e < D * BV; e += NT_) S[(e / BV) * LBV + e % BV] = 0.0f;
-      blk.sync();
-    }
+    blk.sync();                                    // S of the previous step complete, tiles stored
     for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
       const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
       copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);

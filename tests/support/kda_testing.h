@@ -34,18 +34,9 @@ struct Case {
   bool simt = false;               // fused path: the fp32 CUDA-core variant of the scan kernels
   int split = 0;                   // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
   LeanScan lean = LeanScan::pick;  // fused path: FusedArgs::lean_scan
-  // Packed documents: [B, NT] chunk flags (FusedArgs::chunk_reset) and the same as token
-  // starts [B, T] for the naive recurrence; empty: none. set_chunk_reset fills both.
-  std::vector<int32_t> chunk_reset;
+  // Packed documents: [B, T] token flags, 1 where a segment starts (NaiveInputs::seg_start,
+  // KdaInputs::seg_start); empty: none.
   std::vector<uint8_t> seg_start;
-  void set_chunk_reset(std::vector<int32_t> flags) {
-    chunk_reset = std::move(flags);
-    seg_start.assign(static_cast<size_t>(dims.B * dims.T), 0);
-    const int64_t NT = dims.NT();
-    for (int64_t b = 0; b < dims.B; ++b)
-      for (int64_t n = 0; n < NT; ++n)
-        if (chunk_reset[b * NT + n] != 0) seg_start[b * dims.T + n * dims.C] = 1;
-  }
   std::string name() const {
     char buf[160];
     std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s%s%s", (long long)dims.B, (long long)dims.T,
@@ -55,12 +46,12 @@ struct Case {
                   lean == LeanScan::full   ? " full"
                   : lean == LeanScan::lean ? " lean"
                                            : "");
-    std::string out = buf;
-    if (!chunk_reset.empty()) {
-      out += " resets";
-      for (int32_t f : chunk_reset) out += f != 0 ? "1" : "0";
-    }
-    return out;
+    if (seg_start.empty()) return buf;
+    int n = 0;
+    for (uint8_t f : seg_start) n += f;
+    char tail[32];
+    std::snprintf(tail, sizeof(tail), " %d starts", n);
+    return std::string(buf) + tail;
   }
 };
 
@@ -433,7 +424,7 @@ inline std::vector<BitDiff> gradient_bit_diffs(const Result& got, const Result& 
 // with dO (and dht when defined); the results back on the host in double.
 struct TensorCase {
   Tensor q, k, v, f, b, A_log, dt_bias, h0, dO, dht;
-  Tensor chunk_reset;  // [B, NT] i32 when the case has packed documents
+  Tensor seg_start;  // [B, T] i32 when the case has packed documents
 };
 // The case's inputs as Tensors on `dev`: q, k, v, f, b, dO in dtype dt; parameters and
 // states in f32 (f64 when dt is f64).
@@ -452,9 +443,9 @@ inline TensorCase to_tensors(const Case& c, const Data& x, DType dt, Device dev 
   t.dt_bias = Tensor::from_vector(x.dt_bias, {d.H, d.D}, pdt, dev);
   if (c.h0) t.h0 = Tensor::from_vector(x.h0, ss, pdt, dev);
   if (c.dht) t.dht = Tensor::from_vector(x.dht, ss, pdt, dev);
-  if (!c.chunk_reset.empty())
-    t.chunk_reset = Tensor::from_vector(std::vector<double>(c.chunk_reset.begin(), c.chunk_reset.end()), {d.B, d.NT()},
-                                        DType::i32, dev);
+  if (!c.seg_start.empty())
+    t.seg_start =
+        Tensor::from_vector(std::vector<double>(c.seg_start.begin(), c.seg_start.end()), {d.B, d.T}, DType::i32, dev);
   return t;
 }
 
@@ -464,7 +455,7 @@ inline Result run_mixer(const Case& c, const TensorCase& t, mixers::KdaPath path
   cfg.gate = c.gate;
   cfg.path = path;
   cfg.output_final_state = true;
-  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0, t.chunk_reset}, cfg);
+  auto out = mixers::kda_forward({t.q, t.k, t.v, t.f, t.b, t.A_log, t.dt_bias, t.h0, t.seg_start}, cfg);
   auto g = mixers::kda_backward(std::move(out.saved), t.dO, t.dht);
   Result r;
   r.o = out.o.to_vector();

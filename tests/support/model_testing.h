@@ -117,7 +117,8 @@ inline void perturb_params(model::Model& m, const Perturbation& how) {
     if (s.init == Init::xavier_uniform || s.init == Init::orthogonal) factor = how.xavier_orthogonal;
     if (factor != 1) p.copy_(ops::mul_scalar(p, factor));
     if ((s.init == Init::zeros || s.init == Init::ones) && how.constant_noise != 0) {
-      const Tensor noise = ops::randn(s.shape, how.noise_seed + static_cast<uint64_t>(p.numel()), 0, p.dtype());
+      const Tensor noise =
+          ops::randn(s.shape, how.noise_seed + static_cast<uint64_t>(p.numel()), 0, p.dtype()).to(p.device());
       p.copy_(ops::add(p, ops::mul_scalar(noise, how.constant_noise)));
     }
   }

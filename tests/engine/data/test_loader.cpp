@@ -597,3 +597,44 @@ TEST_CASE("data: row slices of a batch are its rows; the position does not depen
              }),
              Contains("row slice [3, 5) is not within the batch of 4 rows"));
 }
+
+TEST_CASE("data: with restarts at the end-of-text token, a target equal to it is not scored", "[data][segments]") {
+  test::TempDir dir;
+  // Documents of 1..9 tokens, each opened by the end-of-text token 0 (llm.c's layout).
+  std::vector<uint16_t> toks;
+  for (int d = 0; toks.size() < 400; ++d) {
+    toks.push_back(0);
+    for (int i = 0; i < 1 + d % 9; ++i) toks.push_back(static_cast<uint16_t>(1 + (d * 31 + i * 7) % 50));
+  }
+  write_shard(dir.file("docs.bin"), toks);
+  DataConfig c;
+  c.source = "tokens";
+  c.path = dir.file("docs.bin");
+  c.vocab_size = 64;
+  c.eot_token = 0;
+  const int64_t B = 4, T = 32;
+  for (bool reset : {true, false}) {
+    c.reset_state_at_eot = reset;
+    CHECK(c.reset_token() == (reset ? 0 : -1));
+    Loader l(c, Split::train, B, T, 5);
+    for (int i = 0; i < 10; ++i) {
+      const Batch b = l.next();
+      int64_t valid = 0, masked = 0;
+      for (int64_t j = 0; j < B * T; ++j) {
+        const int32_t tok = b.token_data()[j], tgt = b.target_data()[j];
+        CHECK(tok < 64);
+        if (tgt == -100) ++masked;
+        else ++valid;
+        // the row's next token is an end-of-text exactly where the target is masked (with restarts)
+        if (j % T + 1 < T) CHECK((b.token_data()[j + 1] == 0 && reset) == (tgt == -100));
+      }
+      CHECK(valid == b.valid_targets);
+      if (!reset) CHECK(masked == 0);
+      if (reset) CHECK(masked > 0);
+    }
+  }
+  // The synthetic source never restarts.
+  DataConfig s;
+  s.eot_token = 3;
+  CHECK(s.reset_token() == -1);
+}

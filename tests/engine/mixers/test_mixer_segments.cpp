@@ -11,6 +11,7 @@
 #include "engine/mixers/kda.h"
 #include "engine/mixers/rwkv6.h"
 #include "engine/mixers/segments.h"
+#include "engine/nn/short_conv.h"
 #include "engine/ops.h"
 #include "tests/kernels/rwkv6_test_util.h"
 #include "tests/support/kda_testing.h"
@@ -33,10 +34,24 @@ std::vector<int32_t> random_resets(int64_t B, int64_t NT, uint64_t seed) {
   return f;
 }
 
+// [B, T] token starts for KDA (any position): t = 0 in every other row, two adjacent starts,
+// a start on the last token, the rest random (on and off chunk boundaries); the last row has
+// none. Drawn from `seed`.
+std::vector<uint8_t> random_starts(int64_t B, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> f(static_cast<size_t>(B * T), 0);
+  for (int64_t b = 0; b + 1 < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) f[b * T + t] = rng() % 23 == 0 ? 1 : 0;
+    f[b * T] = b % 2 == 0 ? 1 : 0;
+    f[b * T + T - 1] = 1;
+    f[b * T + T / 3] = f[b * T + T / 3 + 1] = 1;
+  }
+  return f;
+}
+
 }  // namespace
 
-TEST_CASE("segment layout: documents start on chunk boundaries after the gap, and the gathers invert",
-          "[segments]") {
+TEST_CASE("segment layout: documents start on chunk boundaries after the gap, and the gathers invert", "[segments]") {
   // Row 0: documents at t = 0, 5, 6 (one token), 9; row 1: one document. T = 12, C = 4, gap 3.
   const int64_t B = 2, T = 12;
   std::vector<uint8_t> starts(B * T, 0);
@@ -99,7 +114,7 @@ TEST_CASE("KDA with chunk resets: ops, fused (CPU twins) and naive paths match t
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     Case c = make_case(r.d, r.h0, r.dht, false, r.dt);
-    c.set_chunk_reset(random_resets(r.d.B, r.d.NT(), seed + 100 + i));
+    c.seg_start = random_starts(r.d.B, r.d.T, seed + 100 + i);
     const Data x = make_data(c, seed + i);
     const Result ref = run_naive(c, x);
     const Result got = run_mixer(c, to_tensors(c, x, c.dtype), r.path);
@@ -142,14 +157,14 @@ TEST_CASE("RWKV6 with chunk resets: ops, fused twins (both backwards) and naive 
         if (resets[b * d.NT() + n]) p.seg_start[b * d.T + n * d.C] = 1;
     const Grads ref = naive_reference(p);
     const Shape tok{d.B, d.T, d.H, d.D}, st{d.B, d.H, d.D, d.D};
-    mixers::Rwkv6Inputs in{Tensor::from_vector(p.r, tok, r.dt),
-                           Tensor::from_vector(p.k, tok, r.dt),
-                           Tensor::from_vector(p.v, tok, r.dt),
-                           Tensor::from_vector(p.w, tok, r.dt),
-                           Tensor::from_vector(p.u, {d.H, d.D}, r.dt),
-                           Tensor::from_vector(p.h0, st, r.dt),
-                           Tensor::from_vector(std::vector<double>(resets.begin(), resets.end()), {d.B, d.NT()},
-                                               DType::i32)};
+    mixers::Rwkv6Inputs in{
+        Tensor::from_vector(p.r, tok, r.dt),
+        Tensor::from_vector(p.k, tok, r.dt),
+        Tensor::from_vector(p.v, tok, r.dt),
+        Tensor::from_vector(p.w, tok, r.dt),
+        Tensor::from_vector(p.u, {d.H, d.D}, r.dt),
+        Tensor::from_vector(p.h0, st, r.dt),
+        Tensor::from_vector(std::vector<double>(resets.begin(), resets.end()), {d.B, d.NT()}, DType::i32)};
     mixers::Rwkv6Config cfg;
     cfg.chunk = static_cast<int>(d.C);
     cfg.path = r.path;
@@ -166,9 +181,48 @@ TEST_CASE("RWKV6 with chunk resets: ops, fused twins (both backwards) and naive 
     double worst = 0;
     for (double x : e) worst = std::max(worst, x);
     std::printf("[rwkv6] packed %s/%s B%lld T%lld C%lld %s worst rel err %.2e (dh0 %.2e)\n",
-                mixers::rwkv6_path_name(r.path), bwd_impl_name(r.bwd), (long long)d.B, (long long)d.T,
-                (long long)d.C, dtype_name(r.dt), worst, e[7]);
+                mixers::rwkv6_path_name(r.path), bwd_impl_name(r.bwd), (long long)d.B, (long long)d.T, (long long)d.C,
+                dtype_name(r.dt), worst, e[7]);
     INFO("seed " << seed + i << lt::testing::replay_hint());
     CHECK(worst < r.tol);
   }
+}
+
+TEST_CASE("short conv with document starts: no tap reads across a start; the gradients by finite differences",
+          "[segments][conv]") {
+  // Row 0: documents at t = 0, 3, 4 (one token), 9; row 1: one. The conv of the packed rows
+  // equals the conv of each document alone; dx and dw against the documents' backward.
+  const int64_t B = 2, T = 14, C = 5, W = 4;
+  std::vector<uint8_t> starts(B * T, 0);
+  starts[3] = starts[4] = starts[9] = 1;
+  const Tensor st = mixers::Segments(starts, B, T, Device::cpu()).positions();
+  const std::vector<double> pos = st.to_vector();
+  const std::vector<double> want = {0, 1, 2, 0, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
+  for (int64_t t = 0; t < T; ++t) CHECK(pos[t] == want[t]);
+  for (int64_t t = 0; t < T; ++t) CHECK(pos[T + t] == static_cast<double>(t));
+  const Tensor x = ops::randn({B, T, C}, 31, 0, DType::f64), w = ops::randn({C, W}, 32, 0, DType::f64);
+  const Tensor dy = ops::randn({B, T, C}, 33, 0, DType::f64);
+  Tensor dw = Tensor::zeros({C, W}, DType::f64);
+  const Tensor y = nn::short_conv_forward(x, w, true, st);
+  const Tensor dx = nn::short_conv_backward(dy, x, w, dw, true, st);
+  Tensor dw_docs = Tensor::zeros({C, W}, DType::f64);
+  const std::vector<std::pair<int64_t, int64_t>> docs = {{0, 3}, {3, 4}, {4, 9}, {9, 14}};
+  for (int64_t b = 0; b < B; ++b)
+    for (auto [t0, t1] : b == 0 ? docs : std::vector<std::pair<int64_t, int64_t>>{{0, T}}) {
+      const Tensor xd = x.narrow(0, b, 1).narrow(1, t0, t1 - t0).contiguous();
+      const Tensor dyd = dy.narrow(0, b, 1).narrow(1, t0, t1 - t0).contiguous();
+      const Tensor yd = nn::short_conv_forward(xd, w, true);
+      const Tensor dxd = nn::short_conv_backward(dyd, xd, w, dw_docs, true);
+      INFO("row " << b << " document [" << t0 << ", " << t1 << ")");
+      CHECK(ops::max_abs_diff(y.narrow(0, b, 1).narrow(1, t0, t1 - t0), yd) < 1e-14);
+      CHECK(ops::max_abs_diff(dx.narrow(0, b, 1).narrow(1, t0, t1 - t0), dxd) < 1e-14);
+    }
+  CHECK(ops::max_abs_diff(dw, dw_docs) < 1e-13);
+  // f32 and bf16 take the same masks (against the f64 result)
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor dw32 = Tensor::zeros({C, W}, DType::f32);
+    const Tensor y32 = nn::short_conv_forward(x.to(dt), w.to(DType::f32), true, st);
+    CHECK(ops::max_abs_diff(y32.to(DType::f64), y) < (dt == DType::bf16 ? 3e-2 : 1e-5));
+  }
+  CHECK_THROWS_WITH(nn::short_conv_forward(x, w, true, Tensor::zeros({5}, DType::i32)), Catch::Contains("positions"));
 }

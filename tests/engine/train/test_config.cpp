@@ -166,3 +166,26 @@ TEST_CASE("config: every shipped config resolves and describes itself", "[traine
   }
   CHECK(n >= 6);
 }
+
+TEST_CASE("config: data.eot_token comes from the tokenizer.json beside the shards unless given or off",
+          "[trainer][config][segments]") {
+  lt::traintest::TempDir tmp;
+  lt::traintest::write_shard(tmp / "s.bin", std::vector<uint16_t>(600, 5));
+  auto cfg = [&](const std::string& extra) {
+    return ojson::parse(R"({"model": {"vocab_size": 300}, "data": {"source": "tokens", "path": ")" + (tmp / "s.bin") +
+                        "\"" + extra + "}}");
+  };
+  CHECK(lt::train::config_resolve(cfg("")).data.eot_token == -1);  // no tokenizer.json
+  std::filesystem::copy_file(lt::traintest::source_dir() / "tests" / "engine" / "data" / "fixtures" / "tokenizer.json",
+                             tmp / "tokenizer.json");
+  auto rc = lt::train::config_resolve(cfg(""));
+  CHECK(rc.data.eot_token == 0);  // the fixture's <|endoftext|>
+  CHECK(rc.data.reset_token() == 0);
+  CHECK(lt::train::config_resolve(cfg(R"(, "eot_token": 7)")).data.eot_token == 7);
+  rc = lt::train::config_resolve(cfg(R"(, "reset_state_at_eot": false)"));
+  CHECK(rc.data.reset_token() == -1);
+  CHECK_THAT(resolve_error(cfg(R"(, "eot_token": 300)")), Catch::Contains("'data.eot_token' (300)"));
+  lt::traintest::write_text(tmp / "tokenizer.json", "{ not json");
+  CHECK_THAT(resolve_error(cfg("")), Catch::Contains("data.eot_token") && Catch::Contains("tokenizer.json"));
+  CHECK(lt::train::config_resolve(cfg(R"(, "reset_state_at_eot": false)")).data.eot_token == -1);
+}

@@ -467,3 +467,33 @@ TEST_CASE("trainer: a bad LINTRAIN_INJECT_NONFINITE exits 2 naming it and writes
     CHECK(is_empty_or_absent(out));
   }
 }
+
+TEST_CASE("trainer: packed documents in token shards restart the state; off, the run differs", "[trainer][segments]") {
+  TempDir tmp;
+  // Documents of 3..20 tokens, each opened by the end-of-text token 0.
+  std::vector<uint16_t> toks;
+  for (int d = 0; toks.size() < 6000; ++d) {
+    toks.push_back(0);
+    for (int i = 0; i < 3 + d % 18; ++i) toks.push_back(static_cast<uint16_t>(1 + (d * 13 + i * 5) % 31));
+  }
+  write_shard(tmp / "docs.bin", toks);
+  write_text(tmp / "c.json", tiny_config(tmp / "out", 3));
+  auto run = [&](const std::string& tag, bool reset) {
+    return run_trainer({"--config", tmp / "c.json", "--set", "data.source=tokens", "--set",
+                        "data.path=" + tmp / "docs.bin", "--set", "data.eot_token=0", "--set",
+                        std::string("data.reset_state_at_eot=") + (reset ? "true" : "false"), "--out", tmp / tag},
+                       tmp.path.string(), tag);
+  };
+  auto on = run("on", true), off = run("off", false);
+  INFO(on.err);
+  REQUIRE(on.rc == 0);
+  REQUIRE(off.rc == 0);
+  CHECK_THAT(on.err, Catch::Contains("packed documents: the state restarts at every token 0"));
+  CHECK_THAT(off.err, !Catch::Contains("packed documents"));
+  const auto a = lt::traintest::train_records(tmp / "on/metrics.jsonl");
+  const auto b = lt::traintest::train_records(tmp / "off/metrics.jsonl");
+  REQUIRE(a.size() == 3);
+  REQUIRE(b.size() == 3);
+  CHECK(a[0]["loss"].get<double>() != b[0]["loss"].get<double>());  // other targets, other states
+  for (const auto& r : a) CHECK(std::isfinite(r["loss"].get<double>()));
+}
