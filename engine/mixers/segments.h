@@ -1,18 +1,21 @@
-// Packed documents for the chunked token mixers (KDA, RWKV6).
+// Packed documents for the token mixers and the layers around them (KDA, RWKV6).
 //
 // A row of a batch may hold several documents (segments); the recurrent state restarts at
-// zero at each segment start (fla's cu_seqlens semantics). The mixers' kernels restart it on
-// chunk boundaries only (FusedArgs::chunk_reset in kernels/kda.h and kernels/rwkv6.h), so a
-// block lays the batch out for them (SegmentLayout): every segment moved to start on a chunk
-// boundary, with at least `gap` padding rows before it (so the short convolutions' taps read
-// padding, never the previous document). The blocks fill padding rows so that they change
-// nothing: zero queries, keys and values, identity gates (KDA's gate input kIdentityGateFill,
-// RWKV6's log decay 0). ops::gather_rows moves a tensor into the layout (to_padded, with the
-// fill) and back (from_padded; the map is one to one, so the gradients go back by a gather too).
+// zero at each segment start (fla's cu_seqlens semantics), and so do the short convolutions'
+// taps and the token shifts (Segments::positions). How each mixer restarts:
+//   KDA    at any token: KdaInputs::seg_start (Segments::start_flags), through the gate
+//          kda::kSegmentStartGate at the document's first token (kernels/kda.h); no layout.
+//   RWKV6  on chunk boundaries only (FusedArgs::chunk_reset in kernels/rwkv6.h: its bonus
+//          term reads the state before a token, which no gate reaches), so the block lays the
+//          batch out for it (SegmentLayout): every segment moved to start on a chunk boundary
+//          (after at least `gap` padding rows), padding rows zero in r, k, v and the log decay,
+//          so that they change nothing. ops::gather_rows moves a tensor into the layout
+//          (to_padded) and back (from_padded; the map is one to one, so gradients go back by a
+//          gather too).
 //
 // Layout of row b: p = 0; for each token t: if a segment starts at t > 0, p = the first
 // multiple of C at or after p + gap; token t goes to padded row p; p += 1. Tp = the longest
-// row's p. Padding costs about C / 2 + gap rows a document (figures: docs/notes-kda.md).
+// row's p. Padding costs about C / 2 + gap rows a document (figures: docs/notes-rwkv6.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -23,10 +26,6 @@
 #include "engine/tensor.h"
 
 namespace lt::mixers {
-
-// KDA's gate input on padding rows: softplus and the lower-bound sigmoid of it are exactly 0
-// in every dtype, so g = 0 (no decay) and dg/df = 0.
-inline constexpr double kIdentityGateFill = -1e30;
 
 struct SegmentLayout {
   int64_t B = 0, T = 0;  // the batch's rows and tokens a row

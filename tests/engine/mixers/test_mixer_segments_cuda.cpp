@@ -63,9 +63,9 @@ TEST_CASE("KDA on CUDA with chunk resets: every scan form against the naive recu
     LeanScan lean;
   };
   const std::vector<Row> rows = {
-      {{3, 300, 4, 64, 32}, DType::bf16, 0, LeanScan::pick},  {{3, 300, 4, 64, 16}, DType::f32, 0, LeanScan::pick},
-      {{2, 260, 2, 128, 64}, DType::f32, 0, LeanScan::full},  {{2, 260, 2, 128, 32}, DType::bf16, 0, LeanScan::lean},
-      {{2, 256, 2, 64, 64}, DType::bf16, 4, LeanScan::pick},  {{2, 256, 2, 128, 64}, DType::f32, 4, LeanScan::pick},
+      {{3, 300, 4, 64, 32}, DType::bf16, 0, LeanScan::pick}, {{3, 300, 4, 64, 16}, DType::f32, 0, LeanScan::pick},
+      {{2, 260, 2, 128, 64}, DType::f32, 0, LeanScan::full}, {{2, 260, 2, 128, 32}, DType::bf16, 0, LeanScan::lean},
+      {{2, 256, 2, 64, 64}, DType::bf16, 4, LeanScan::pick}, {{2, 256, 2, 128, 64}, DType::f32, 4, LeanScan::pick},
       {{3, 200, 2, 64, 32}, DType::f32, 0, LeanScan::full},
   };
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -78,7 +78,8 @@ TEST_CASE("KDA on CUDA with chunk resets: every scan form against the naive recu
     const Result ref = run_naive(c, x);
     TensorCase t = to_tensors(c, x, c.dtype, Device::cuda(0));
     const Result got = run_mixer(c, t, mixers::KdaPath::fused);
-    const GatedReport g = gate_against_reference("cuda packed", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+    const GatedReport g =
+        gate_against_reference("cuda packed", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
     INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
     CHECK(g.gated.pass);
   }
@@ -179,12 +180,11 @@ TEST_CASE("model on CUDA with packed documents: loss and gradients equal the doc
     for (int64_t b = 0; b < B; ++b)
       for (size_t i = 0; i < starts[b].size(); ++i) {
         const int64_t t0 = starts[b][i], t1 = i + 1 < starts[b].size() ? starts[b][i + 1] : T;
-        m.forward_backward(
-            Tensor::from_vector(std::vector<double>(tok.begin() + b * T + t0, tok.begin() + b * T + t1), {1, t1 - t0},
-                                DType::i32, dev),
-            Tensor::from_vector(std::vector<double>(tgt.begin() + b * T + t0, tgt.begin() + b * T + t1), {1, t1 - t0},
-                                DType::i32, dev),
-            inv, ld);
+        m.forward_backward(Tensor::from_vector(std::vector<double>(tok.begin() + b * T + t0, tok.begin() + b * T + t1),
+                                               {1, t1 - t0}, DType::i32, dev),
+                           Tensor::from_vector(std::vector<double>(tgt.begin() + b * T + t0, tgt.begin() + b * T + t1),
+                                               {1, t1 - t0}, DType::i32, dev),
+                           inv, ld);
       }
     std::printf("[segments] cuda model %s: loss packed %.9g, documents %.9g\n", arch_name(arch), lp.item(), ld.item());
     CHECK(std::fabs(lp.item() - ld.item()) <= 2e-5 * std::fabs(ld.item()));

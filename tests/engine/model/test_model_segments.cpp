@@ -12,6 +12,7 @@
 #include "engine/mixers/segments.h"
 #include "engine/model/model.h"
 #include "engine/ops.h"
+#include "tests/support/gradcheck.h"
 #include "tests/support/model_testing.h"
 
 using lt::Device;
@@ -153,5 +154,40 @@ TEST_CASE("model with packed documents: the fused mixers' CPU twins (f32) agains
         "[segments] model %s f32 fused (CPU twins): worst gradient error against f64 %.2e packed, %.2e "
         "documents one by one; loss %.9g / %.9g / f64 %.12g\n",
         arch_name(arch), worst, floor, packed.loss, docs.loss, truth.loss);
+  }
+}
+
+TEST_CASE("model with packed documents: float64 finite differences of the packed loss match every gradient",
+          "[model][segments][gradcheck]") {
+  for (Arch arch : {Arch::kda, Arch::rwkv6}) {
+    const ModelConfig c = packed_config(arch, "ops");
+    Model m(c, Device::cpu(), DType::f64);
+    m.init_weights(9);
+    // the gates of the model gradchecks (test_model.cpp, test_model_rwkv6.cpp)
+    if (arch == Arch::kda) lt::test::perturb_params(m, {.normal = 10.0, .constant_noise = 0.3});
+    else lt::test::perturb_params(m, {.normal = 6.0, .xavier_orthogonal = 6.0, .constant_noise = 0.3});
+    const double gate = arch == Arch::kda ? 1e-7 : 1e-6;
+    const Packed pk(c.vocab_size);
+    const lt::mixers::Segments seg(pk.flags, pk.B, pk.T, Device::cpu());
+    const Tensor tokens = Tensor::from_vector(pk.tok, {pk.B, pk.T}, DType::i32);
+    const Tensor targets = Tensor::from_vector(pk.tgt, {pk.B, pk.T}, DType::i32);
+    m.zero_grad();
+    Tensor loss = Tensor::zeros({}, DType::f64);
+    m.forward_backward(tokens, targets, pk.inv, loss, nullptr, &seg);
+    auto loss_of = [&] {
+      Tensor l = Tensor::zeros({}, DType::f64);
+      m.evaluate(tokens, targets, pk.inv, l, Tensor(), &seg);
+      return l.item();
+    };
+    CHECK(std::fabs(loss_of() - loss.item()) < 1e-12 * std::fabs(loss.item()));
+    double worst = 0;
+    for (const ParamSpec& s : m.specs()) {
+      INFO(arch_name(arch) << " " << s.name);
+      Tensor p = m.param(s.name);
+      const double err = lt::test::gradcheck(p, m.grad(s.name), loss_of, 1e-5, 6);
+      CHECK(err < gate);
+      worst = std::max(worst, err);
+    }
+    std::printf("[segments] model %s packed: finite differences, worst relative error %.2e\n", arch_name(arch), worst);
   }
 }
