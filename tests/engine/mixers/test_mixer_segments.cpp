@@ -15,41 +15,13 @@
 #include "engine/ops.h"
 #include "tests/kernels/rwkv6_test_util.h"
 #include "tests/support/kda_testing.h"
+#include "tests/support/segments_testing.h"
 #include "tests/support/test_seed.h"
 
 using namespace lt;
 
-namespace {
-
-// Chunk flags [B, NT] with every pattern the kernels must handle: a reset at chunk 0 (drops
-// h0), adjacent resets, a reset on the last chunk, rows without any; drawn from `seed`.
-std::vector<int32_t> random_resets(int64_t B, int64_t NT, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> f(static_cast<size_t>(B * NT), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    if (b == B - 1 && B > 1) continue;  // the last row: one document
-    for (int64_t n = 0; n < NT; ++n) f[b * NT + n] = rng() % 2 == 0 ? 1 : 0;
-    f[b * NT + NT - 1] = 1;
-  }
-  return f;
-}
-
-// [B, T] token starts for KDA (any position): t = 0 in every other row, two adjacent starts,
-// a start on the last token, the rest random (on and off chunk boundaries); the last row has
-// none. Drawn from `seed`.
-std::vector<uint8_t> random_starts(int64_t B, int64_t T, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> f(static_cast<size_t>(B * T), 0);
-  for (int64_t b = 0; b + 1 < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) f[b * T + t] = rng() % 23 == 0 ? 1 : 0;
-    f[b * T] = b % 2 == 0 ? 1 : 0;
-    f[b * T + T - 1] = 1;
-    f[b * T + T / 3] = f[b * T + T / 3 + 1] = 1;
-  }
-  return f;
-}
-
-}  // namespace
+using lt::test::random_resets;
+using lt::test::random_starts;
 
 TEST_CASE("segment layout: documents start on chunk boundaries after the gap, and the gathers invert", "[segments]") {
   // Row 0: documents at t = 0, 5, 6 (one token), 9; row 1: one document. T = 12, C = 4, gap 3.
@@ -94,7 +66,7 @@ TEST_CASE("segment layout: documents start on chunk boundaries after the gap, an
   CHECK(mixers::Segments(std::vector<uint8_t>{1, 0, 1, 0, 0, 0}, 2, 3, Device::cpu()).any());
 }
 
-TEST_CASE("KDA with chunk resets: ops, fused (CPU twins) and naive paths match the naive recurrence",
+TEST_CASE("KDA with segment starts anywhere: ops, fused (CPU twins) and naive paths match the naive recurrence",
           "[kda][segments]") {
   using namespace lt::kda::testing;
   const uint64_t seed = test_seed() + 71;
@@ -151,33 +123,12 @@ TEST_CASE("RWKV6 with chunk resets: ops, fused twins (both backwards) and naive 
     const Dims& d = r.d;
     Problem p(d, seed + i, GateKind::kLogSigmoid, true, true);
     const std::vector<int32_t> resets = random_resets(d.B, d.NT(), seed + 200 + i);
-    p.seg_start.assign(static_cast<size_t>(d.B * d.T), 0);
-    for (int64_t b = 0; b < d.B; ++b)
-      for (int64_t n = 0; n < d.NT(); ++n)
-        if (resets[b * d.NT() + n]) p.seg_start[b * d.T + n * d.C] = 1;
+    lt::test::set_starts_from_resets(p, resets);
     const Grads ref = naive_reference(p);
-    const Shape tok{d.B, d.T, d.H, d.D}, st{d.B, d.H, d.D, d.D};
-    mixers::Rwkv6Inputs in{
-        Tensor::from_vector(p.r, tok, r.dt),
-        Tensor::from_vector(p.k, tok, r.dt),
-        Tensor::from_vector(p.v, tok, r.dt),
-        Tensor::from_vector(p.w, tok, r.dt),
-        Tensor::from_vector(p.u, {d.H, d.D}, r.dt),
-        Tensor::from_vector(p.h0, st, r.dt),
-        Tensor::from_vector(std::vector<double>(resets.begin(), resets.end()), {d.B, d.NT()}, DType::i32)};
     mixers::Rwkv6Config cfg;
-    cfg.chunk = static_cast<int>(d.C);
     cfg.path = r.path;
     cfg.backward = r.bwd;
-    cfg.scale = p.scale;
-    cfg.output_final_state = true;
-    auto out = mixers::rwkv6_forward(in, cfg);
-    auto g = mixers::rwkv6_backward(std::move(out.saved), Tensor::from_vector(p.dO, tok, r.dt),
-                                    Tensor::from_vector(p.dht, st, r.dt));
-    const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
-                         rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
-                         rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
-                         rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+    const auto e = lt::test::rwkv6_packed_errors(p, resets, r.dt, Device::cpu(), cfg, ref);
     double worst = 0;
     for (double x : e) worst = std::max(worst, x);
     std::printf("[rwkv6] packed %s/%s B%lld T%lld C%lld %s worst rel err %.2e (dh0 %.2e)\n",

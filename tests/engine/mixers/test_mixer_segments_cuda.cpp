@@ -18,40 +18,16 @@
 #include "tests/kernels/rwkv6_test_util.h"
 #include "tests/support/kda_testing.h"
 #include "tests/support/model_testing.h"
+#include "tests/support/segments_testing.h"
 #include "tests/support/test_seed.h"
 
 using namespace lt;
 
-namespace {
+using lt::test::random_resets;
+using lt::test::random_starts;
 
-// [B, NT] chunk flags: resets at random chunks (chunk 0 among them) in every row but the last.
-std::vector<int32_t> random_resets(int64_t B, int64_t NT, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> f(static_cast<size_t>(B * NT), 0);
-  for (int64_t b = 0; b + 1 < B; ++b)
-    for (int64_t n = 0; n < NT; ++n) f[b * NT + n] = rng() % 3 == 0 ? 1 : 0;
-  if (B > 1) f[0] = 1, f[NT - 1] = 1;
-  return f;
-}
-
-// [B, T] token starts for KDA (any position): t = 0 in every other row, two adjacent starts,
-// a start on the last token, the rest random (on and off chunk boundaries); the last row has
-// none. Drawn from `seed`.
-std::vector<uint8_t> random_starts(int64_t B, int64_t T, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> f(static_cast<size_t>(B * T), 0);
-  for (int64_t b = 0; b + 1 < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) f[b * T + t] = rng() % 23 == 0 ? 1 : 0;
-    f[b * T] = b % 2 == 0 ? 1 : 0;
-    f[b * T + T - 1] = 1;
-    f[b * T + T / 3] = f[b * T + T / 3 + 1] = 1;
-  }
-  return f;
-}
-
-}  // namespace
-
-TEST_CASE("KDA on CUDA with chunk resets: every scan form against the naive recurrence", "[kda][cuda][segments]") {
+TEST_CASE("KDA on CUDA with segment starts anywhere: every scan form against the naive recurrence",
+          "[kda][cuda][segments]") {
   using namespace lt::kda;
   using namespace lt::kda::testing;
   alloc::cuda_allocator(0).set_poison(true);
@@ -106,34 +82,12 @@ TEST_CASE("RWKV6 on CUDA with chunk resets: SIMT and tensor-core scans, both bac
     Problem p(d, seed + i, GateKind::kLogSigmoid, true, true);
     if (bf) p.round_to_bf16();
     const std::vector<int32_t> resets = random_resets(d.B, d.NT(), seed + 200 + i);
-    p.seg_start.assign(static_cast<size_t>(d.B * d.T), 0);
-    for (int64_t b = 0; b < d.B; ++b)
-      for (int64_t n = 0; n < d.NT(); ++n)
-        if (resets[b * d.NT() + n]) p.seg_start[b * d.T + n * d.C] = 1;
+    lt::test::set_starts_from_resets(p, resets);
     const Grads ref = naive_reference(p);
-    const Device dev = Device::cuda(0);
-    const Shape tok{d.B, d.T, d.H, d.D}, st{d.B, d.H, d.D, d.D};
-    const mixers::Rwkv6Inputs in{
-        Tensor::from_vector(p.r, tok, r.dt, dev),
-        Tensor::from_vector(p.k, tok, r.dt, dev),
-        Tensor::from_vector(p.v, tok, r.dt, dev),
-        Tensor::from_vector(p.w, tok, r.dt, dev),
-        Tensor::from_vector(p.u, {d.H, d.D}, DType::f32, dev),
-        Tensor::from_vector(p.h0, st, DType::f32, dev),
-        Tensor::from_vector(std::vector<double>(resets.begin(), resets.end()), {d.B, d.NT()}, DType::i32, dev)};
     for (BwdImpl impl : {BwdImpl::fused, BwdImpl::fallback}) {
       mixers::Rwkv6Config cfg;
-      cfg.chunk = static_cast<int>(d.C);
-      cfg.scale = p.scale;
       cfg.backward = impl;
-      cfg.output_final_state = true;
-      auto out = mixers::rwkv6_forward(in, cfg);
-      auto g = mixers::rwkv6_backward(std::move(out.saved), Tensor::from_vector(p.dO, tok, r.dt, dev),
-                                      Tensor::from_vector(p.dht, st, DType::f32, dev));
-      const double e[8] = {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
-                           rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
-                           rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
-                           rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+      const auto e = lt::test::rwkv6_packed_errors(p, resets, r.dt, Device::cuda(0), cfg, ref);
       double worst = 0;
       for (double x : e) worst = std::max(worst, x);
       std::printf("[rwkv6] cuda packed %s D%lld C%lld backward %-8s worst rel err %.2e (dh0 %.2e)\n",
@@ -151,53 +105,17 @@ TEST_CASE("model on CUDA with packed documents: loss and gradients equal the doc
     ModelConfig c = lt::test::small_model_config(arch);
     c.hidden_size = 128;
     c.head_dim = 64;  // the fused kernels' head dims
-    c.chunk = 16;
-    const int64_t B = 2, T = 70;
-    const std::vector<std::vector<int64_t>> starts = {{0, 9, 10, 33, 69}, {0, 40}};
     Model m(c, Device::cuda(0), DType::f32);
     m.init_weights(3);
     lt::test::perturb_params(m, {.normal = 8.0, .constant_noise = 0.2});
-    const std::vector<double> tok = lt::test::random_ids(B, T, c.vocab_size, 21).to_vector();
-    std::vector<double> tgt = lt::test::random_ids(B, T, c.vocab_size, 22).to_vector();
-    std::vector<uint8_t> flags(static_cast<size_t>(B * T), 0);
-    int64_t valid = B * T;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s : starts[b]) {
-        flags[b * T + s] = 1;
-        if (s > 0) tgt[b * T + s - 1] = -100, --valid;
-      }
-    const double inv = 1.0 / static_cast<double>(valid);
-    const Device dev = Device::cuda(0);
-    m.zero_grad();
-    Tensor lp = Tensor::zeros({}, DType::f32, dev);
-    const mixers::Segments seg(flags, B, T, dev);
-    m.forward_backward(Tensor::from_vector(tok, {B, T}, DType::i32, dev),
-                       Tensor::from_vector(tgt, {B, T}, DType::i32, dev), inv, lp, nullptr, &seg);
-    std::vector<std::vector<double>> packed;
-    for (const ParamSpec& s : m.specs()) packed.push_back(m.grad(s.name).to_vector());
-    m.zero_grad();
-    Tensor ld = Tensor::zeros({}, DType::f32, dev);
-    for (int64_t b = 0; b < B; ++b)
-      for (size_t i = 0; i < starts[b].size(); ++i) {
-        const int64_t t0 = starts[b][i], t1 = i + 1 < starts[b].size() ? starts[b][i + 1] : T;
-        m.forward_backward(Tensor::from_vector(std::vector<double>(tok.begin() + b * T + t0, tok.begin() + b * T + t1),
-                                               {1, t1 - t0}, DType::i32, dev),
-                           Tensor::from_vector(std::vector<double>(tgt.begin() + b * T + t0, tgt.begin() + b * T + t1),
-                                               {1, t1 - t0}, DType::i32, dev),
-                           inv, ld);
-      }
-    std::printf("[segments] cuda model %s: loss packed %.9g, documents %.9g\n", arch_name(arch), lp.item(), ld.item());
-    CHECK(std::fabs(lp.item() - ld.item()) <= 2e-5 * std::fabs(ld.item()));
-    for (size_t a = 0; a < m.specs().size(); ++a) {
-      const std::vector<double> g = m.grad(m.specs()[a].name).to_vector();
-      double diff = 0, scale = 0;
-      for (size_t i = 0; i < g.size(); ++i) {
-        diff = std::max(diff, std::fabs(packed[a][i] - g[i]));
-        scale = std::max(scale, std::fabs(g[i]));
-      }
-      INFO(arch_name(arch) << " " << m.specs()[a].name << ": max diff " << diff << ", max |g| " << scale);
-      CHECK(diff <= 1e-4 * scale);
-    }
+    const lt::test::PackedBatch pk(70, {{0, 9, 10, 33, 69}, {0, 40}}, c.vocab_size);
+    const lt::test::StepResult packed = lt::test::run_packed(m, pk, DType::f32);
+    const lt::test::StepResult docs = lt::test::run_documents(m, pk, DType::f32);
+    std::printf("[segments] cuda model %s: loss packed %.9g, documents %.9g\n", arch_name(arch), packed.loss,
+                docs.loss);
+    CHECK(std::fabs(packed.loss - docs.loss) <= 2e-5 * std::fabs(docs.loss));
+    const double worst = lt::test::worst_rel(m, packed, docs, 1e-4);
+    std::printf("[segments]   worst gradient difference %.2e of its parameter's largest\n", worst);
   }
 }
 

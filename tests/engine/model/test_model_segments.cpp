@@ -14,86 +14,23 @@
 #include "engine/ops.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/model_testing.h"
+#include "tests/support/segments_testing.h"
 
 using lt::Device;
 using lt::DType;
 using lt::Tensor;
 using namespace lt::model;
 
+using lt::test::PackedBatch;
+using lt::test::run_documents;
+using lt::test::run_packed;
+using lt::test::StepResult;
+using lt::test::worst_rel;
+
 namespace {
 
-// Rows of T tokens; the documents of row b start at starts[b] (0 first). The packed batch's
-// targets drop each document's last target (the next document's first token), as the loader
-// does; the documents run alone with the same targets.
-struct Packed {
-  int64_t B = 2, T = 41;
-  std::vector<std::vector<int64_t>> starts = {{0, 7, 8, 23, 40}, {0, 19}};  // a 1-token document each
-  std::vector<double> tok, tgt;
-  std::vector<uint8_t> flags;
-  double inv = 0;
-  explicit Packed(int64_t vocab) {
-    tok = lt::test::random_ids(B, T, vocab, 11).to_vector();
-    tgt = lt::test::random_ids(B, T, vocab, 12).to_vector();
-    flags.assign(static_cast<size_t>(B * T), 0);
-    int64_t valid = B * T;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s : starts[b]) {
-        flags[b * T + s] = 1;
-        if (s > 0) tgt[b * T + s - 1] = -100, --valid;
-      }
-    inv = 1.0 / static_cast<double>(valid);
-  }
-};
-
-struct StepResult {
-  double loss = 0;
-  std::vector<std::vector<double>> grads;  // per parameter spec
-};
-
-// One step over the packed rows (documents restarting), or over the documents one by one.
-StepResult run_packed(Model& m, const Packed& pk, DType ldt) {
-  m.zero_grad();
-  Tensor loss = Tensor::zeros({}, ldt);
-  const lt::mixers::Segments seg(pk.flags, pk.B, pk.T, Device::cpu());
-  REQUIRE(seg.any());
-  m.forward_backward(Tensor::from_vector(pk.tok, {pk.B, pk.T}, DType::i32),
-                     Tensor::from_vector(pk.tgt, {pk.B, pk.T}, DType::i32), pk.inv, loss, nullptr, &seg);
-  StepResult r{loss.item(), {}};
-  for (const ParamSpec& s : m.specs()) r.grads.push_back(m.grad(s.name).to_vector());
-  return r;
-}
-StepResult run_documents(Model& m, const Packed& pk, DType ldt) {
-  m.zero_grad();
-  Tensor loss = Tensor::zeros({}, ldt);
-  for (int64_t b = 0; b < pk.B; ++b)
-    for (size_t i = 0; i < pk.starts[b].size(); ++i) {
-      const int64_t t0 = pk.starts[b][i], t1 = i + 1 < pk.starts[b].size() ? pk.starts[b][i + 1] : pk.T;
-      const std::vector<double> dt(pk.tok.begin() + b * pk.T + t0, pk.tok.begin() + b * pk.T + t1);
-      const std::vector<double> dg(pk.tgt.begin() + b * pk.T + t0, pk.tgt.begin() + b * pk.T + t1);
-      m.forward_backward(Tensor::from_vector(dt, {1, t1 - t0}, DType::i32),
-                         Tensor::from_vector(dg, {1, t1 - t0}, DType::i32), pk.inv, loss);
-    }
-  StepResult r{loss.item(), {}};
-  for (const ParamSpec& s : m.specs()) r.grads.push_back(m.grad(s.name).to_vector());
-  return r;
-}
-
-// Worst over parameters of max |x - ref| / max |ref| (every reference gradient non-zero).
-double worst_rel(const Model& m, const StepResult& x, const StepResult& ref, double tol) {
-  double worst = 0;
-  for (size_t a = 0; a < ref.grads.size(); ++a) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < ref.grads[a].size(); ++i) {
-      diff = std::max(diff, std::fabs(x.grads[a][i] - ref.grads[a][i]));
-      scale = std::max(scale, std::fabs(ref.grads[a][i]));
-    }
-    INFO(m.specs()[a].name << ": max diff " << diff << ", max |g| " << scale);
-    CHECK(scale > 0);
-    CHECK(diff <= tol * scale);
-    worst = std::max(worst, scale > 0 ? diff / scale : 0.0);
-  }
-  return worst;
-}
+// Row 0: documents at 0, 7, 8 (one token), 23, 40 (one token); row 1: at 0 and 19. T = 41.
+PackedBatch packed_batch(int64_t vocab) { return PackedBatch(41, {{0, 7, 8, 23, 40}, {0, 19}}, vocab); }
 
 ModelConfig packed_config(Arch arch, const std::string& path) {
   ModelConfig c = lt::test::small_model_config(arch);
@@ -116,7 +53,7 @@ TEST_CASE("model with packed documents: loss and gradients equal the documents r
       Model m(c, Device::cpu(), DType::f64);
       m.init_weights(7);
       lt::test::perturb_params(m, {.normal = 8.0, .constant_noise = 0.2});
-      const Packed pk(c.vocab_size);
+      const PackedBatch pk = packed_batch(c.vocab_size);
       const StepResult packed = run_packed(m, pk, DType::f64), docs = run_documents(m, pk, DType::f64);
       std::printf("[segments] model %s f64 ops chunk %d: loss packed %.15g, documents %.15g\n", arch_name(arch), chunk,
                   packed.loss, docs.loss);
@@ -140,7 +77,7 @@ TEST_CASE("model with packed documents: the fused mixers' CPU twins (f32) agains
     c64.mixer_path = "ops";
     Model ref(c64, Device::cpu(), DType::f64);
     for (const ParamSpec& s : m.specs()) ref.param(s.name).copy_(m.param(s.name));
-    const Packed pk(c.vocab_size);
+    const PackedBatch pk = packed_batch(c.vocab_size);
     const StepResult truth = run_packed(ref, pk, DType::f64);
     const StepResult packed = run_packed(m, pk, DType::f32), docs = run_documents(m, pk, DType::f32);
     CHECK(std::fabs(packed.loss - truth.loss) <= 1e-5 * std::fabs(truth.loss));
@@ -167,7 +104,7 @@ TEST_CASE("model with packed documents: float64 finite differences of the packed
     if (arch == Arch::kda) lt::test::perturb_params(m, {.normal = 10.0, .constant_noise = 0.3});
     else lt::test::perturb_params(m, {.normal = 6.0, .xavier_orthogonal = 6.0, .constant_noise = 0.3});
     const double gate = arch == Arch::kda ? 1e-7 : 1e-6;
-    const Packed pk(c.vocab_size);
+    const PackedBatch pk = packed_batch(c.vocab_size);
     const lt::mixers::Segments seg(pk.flags, pk.B, pk.T, Device::cpu());
     const Tensor tokens = Tensor::from_vector(pk.tok, {pk.B, pk.T}, DType::i32);
     const Tensor targets = Tensor::from_vector(pk.tgt, {pk.B, pk.T}, DType::i32);
