@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -70,10 +70,10 @@ inline std::array<double, 8> rwkv6_packed_errors(const rwkv6::test::Problem& p, 
   auto out = mixers::rwkv6_forward(in, cfg);
   auto g = mixers::rwkv6_backward(std::move(out.saved), Tensor::from_vector(p.dO, tok, dt, dev),
                                   Tensor::from_vector(p.dht, st, sdt, dev));
-  return {rel_err_l2(out.o.to_vector(), ref.o),   rel_err_l2(out.ht.to_vector(), ref.ht),
-          rel_err_l2(g.dr.to_vector(), ref.dr),   rel_err_l2(g.dk.to_vector(), ref.dk),
-          rel_err_l2(g.dv.to_vector(), ref.dv),   rel_err_l2(g.dw.to_vector(), ref.dw),
-          rel_err_l2(g.du.to_vector(), ref.du),   rel_err_l2(g.dh0.to_vector(), ref.dh0)};
+  return {rel_err_l2(out.o.to_vector(), ref.o), rel_err_l2(out.ht.to_vector(), ref.ht),
+          rel_err_l2(g.dr.to_vector(), ref.dr), rel_err_l2(g.dk.to_vector(), ref.dk),
+          rel_err_l2(g.dv.to_vector(), ref.dv), rel_err_l2(g.dw.to_vector(), ref.dw),
+          rel_err_l2(g.du.to_vector(), ref.du), rel_err_l2(g.dh0.to_vector(), ref.dh0)};
 }
 
 // p.seg_start as token starts at the chunks that `resets` flags.

@@ -14,6 +14,7 @@
 #include "engine/mixers/rwkv6.h"
 #include "engine/mixers/segments.h"
 #include "engine/model/model.h"
+#include "engine/nn/short_conv.h"
 #include "engine/ops.h"
 #include "tests/kernels/rwkv6_test_util.h"
 #include "tests/support/kda_testing.h"
@@ -139,5 +140,30 @@ TEST_CASE("gather_rows on CUDA: the 16-byte and the element paths equal the CPU 
     const Tensor got = ops::gather_rows(x.to(Device::cuda(0)), icpu.to(Device::cuda(0)), -2.5);
     INFO("rows " << r.rows << " width " << r.width << " " << dtype_name(r.dt) << " offset " << r.offset);
     CHECK(ops::max_abs_diff(got.to(Device::cpu()), want) == 0.0);
+  }
+}
+
+TEST_CASE("short conv on CUDA with document positions: forward, dx and dw against the CPU", "[segments][cuda][conv]") {
+  // Documents at t = 0, 3, 4 (one token), 37 (a tile boundary at 32 in between) in row 0; row 1
+  // one document; C 200 (two blocks of channels), W 4.
+  const int64_t B = 2, T = 70, C = 200, W = 4;
+  std::vector<uint8_t> starts(B * T, 0);
+  starts[3] = starts[4] = starts[37] = starts[69] = 1;
+  const Tensor pos = mixers::Segments(starts, B, T, Device::cpu()).positions();
+  const Device dev = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = ops::randn({B, T, C}, 41, 0, DType::f32).to(dt),
+                 dy = ops::randn({B, T, C}, 42, 0, DType::f32).to(dt);
+    const Tensor w = ops::randn({C, W}, 43, 0, DType::f32);
+    Tensor dw_cpu = Tensor::zeros({C, W}, DType::f32), dw_gpu = Tensor::zeros({C, W}, DType::f32, dev);
+    const Tensor y_cpu = nn::short_conv_forward(x, w, true, pos);
+    const Tensor dx_cpu = nn::short_conv_backward(dy, x, w, dw_cpu, true, pos);
+    const Tensor y_gpu = nn::short_conv_forward(x.to(dev), w.to(dev), true, pos.to(dev));
+    const Tensor dx_gpu = nn::short_conv_backward(dy.to(dev), x.to(dev), w.to(dev), dw_gpu, true, pos.to(dev));
+    const double tol = dt == DType::bf16 ? 1e-2 : 1e-5;
+    INFO(dtype_name(dt));
+    CHECK(ops::max_rel_diff(y_gpu.to(Device::cpu()).to(DType::f32), y_cpu.to(DType::f32)) < tol);
+    CHECK(ops::max_rel_diff(dx_gpu.to(Device::cpu()).to(DType::f32), dx_cpu.to(DType::f32)) < tol);
+    CHECK(ops::max_rel_diff(dw_gpu.to(Device::cpu()), dw_cpu) < 1e-5);
   }
 }
