@@ -1,18 +1,20 @@
 // Causal depthwise short convolution, CUDA backend (twin: kernels/cpu/conv.cpp; math and
 // layout: kernels/conv.h). f32 and bf16 activations; w, dw and every sum in f32.
 //
-// Work split: a thread owns one channel c of one slot (b, tile of kConvTileT consecutive t);
-// the threads of a block take consecutive channels, so every load and store of x, y, dy, dx
-// [B, T, C] is a coalesced row segment. Each thread slides a window of the last W inputs
-// through registers (kConvMaxWidth slots, indices fixed at compile time after unrolling; slots
-// beyond W are masked out), so every x element is loaded about once per tile.
-//   conv_forward_tiles   ascending t: window xw[k] = x[t - 7 + k] (right-aligned), y[t].
-//   conv_backward_tiles  descending t from the tile's last row + W - 1 (the rows whose da the
-//                        tile's dx needs) down to the tile's first: window xw[k] = x[t - W + 1 + k]
-//                        (left-aligned) recomputes a[t]; window dwin[j] = da[t + j] gives
-//                        dx[t] = sum_j w[W - 1 - j] dwin[j]; the thread's dw partial over its
-//                        tile rows goes to scratch[slot, c, :].
-//   conv_weight_reduce   thread per (c, i): dw[c, i] += sum over slots in ascending order.
+// Work split: a block of 32 x 4 threads covers 32 channel groups of one slot (b, tile of
+// kConvTileT = 32 consecutive t); thread (gx, sub) owns the V channels of group gx (V = 4 when
+// C and the pointers allow a V-wide vector access, else 1) for the kSub = 8 tokens of sub-tile
+// `sub`. It loads every input row it needs at once (V-wide loads; a warp reads a contiguous row
+// segment of 32 x V elements per token) into registers, the width W a compile-time constant,
+// so all loads of a thread are in flight together and no index is dynamic.
+//   conv_forward_tiles   x[t0 - W + 1 .. t0 + 7] -> y[t0 .. t0 + 7].
+//   conv_backward_tiles  x[t0 - W + 1 .. t0 + 7 + W - 1] and dy[t0 .. t0 + 7 + W - 1] give the
+//                        pre-activations and da of the rows whose taps reach the sub-tile, then
+//                        dx[t0 .. t0 + 7] and the sub-tile's dw partial; the block sums its four
+//                        sub-tiles' partials in shared memory in ascending order and writes the
+//                        slot's [C, W] partial to scratch[slot].
+//   conv_weight_reduce   dw[c, i] += sum over slots: warp w of a block sums slots w, w + 8, ...
+//                        of 32 outputs, then the 8 warp sums are added in ascending order.
 // Deterministic: bit-identical results run to run. Summation orders differ from the CPU
 // twin's (compare with a tolerance).
 #include "kernels/conv.h"
@@ -23,9 +25,12 @@
 namespace lt::kern::cuda {
 namespace {
 
-constexpr int kConvThreads = 128;  // channels per block
-constexpr int kMaxW = static_cast<int>(kConvMaxWidth);
+constexpr int kGroupsX = 32;                                    // channel groups per block
+constexpr int kSub = 8;                                         // tokens per thread
+constexpr int kSubTiles = static_cast<int>(kConvTileT) / kSub;  // threads per group in a block
+constexpr int kReduceWarps = 8;
 constexpr int64_t kMaxGridY = 65535;
+static_assert(kConvTileT % kSub == 0, "a slot is a whole number of sub-tiles");
 
 __device__ __forceinline__ float silu_of(float a) { return a / (1.0f + expf(-a)); }
 // d silu(a) / da = s (1 + a (1 - s)), s = sigmoid(a)
@@ -34,139 +39,241 @@ __device__ __forceinline__ float silu_grad(float a) {
   return s * (1.0f + a * (1.0f - s));
 }
 
-template <class T>
-__global__ void conv_forward_tiles(ConvParams p) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= p.C) return;
-  const T* x = static_cast<const T*>(p.x);
+// V consecutive channels of one token, moved as one access.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+template <class T, int V>
+__device__ __forceinline__ void load_pack(const T* src, float (&out)[V]) {
+  const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(src);
+#pragma unroll
+  for (int v = 0; v < V; ++v) out[v] = load_as_compute(pk.v[v]);
+}
+template <class T, int V>
+__device__ __forceinline__ void store_pack(T* dst, const float (&in)[V]) {
+  Pack<T, V> pk;
+#pragma unroll
+  for (int v = 0; v < V; ++v) pk.v[v] = store_from_compute<T>(in[v]);
+  *reinterpret_cast<Pack<T, V>*>(dst) = pk;
+}
+
+// w[c0 + v, k] for the thread's channels (zeros past C).
+template <int V, int W>
+__device__ __forceinline__ void load_taps(const ConvParams& p, int64_t c0, float (&wk)[V][W]) {
   const float* w = static_cast<const float*>(p.w);
-  T* y = static_cast<T*>(p.y);
-  const int W = static_cast<int>(p.W);
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int k = 0; k < W; ++k) wk[v][k] = c0 + v < p.C ? w[(c0 + v) * W + k] : 0.0f;
+}
+
+template <class T, int V, int W>
+__global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvParams p) {
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kGroupsX + threadIdx.x) * V;
+  if (c0 >= p.C) return;
   const int64_t C = p.C, T_ = p.T;
   const int64_t ntt = (T_ + kConvTileT - 1) / kConvTileT;
-  float wr[kMaxW];  // right-aligned taps: wr[k] = w[c, k - (8 - W)] for k >= 8 - W
-#pragma unroll
-  for (int k = 0; k < kMaxW; ++k) wr[k] = k >= kMaxW - W ? w[c * W + k - (kMaxW - W)] : 0.0f;
+  float wk[V][W];
+  load_taps<V, W>(p, c0, wk);
   for (int64_t q = blockIdx.y; q < p.B * ntt; q += gridDim.y) {
-    const int64_t b = q / ntt, t0 = (q % ntt) * kConvTileT;
-    const int64_t t1 = t0 + kConvTileT < T_ ? t0 + kConvTileT : T_;
-    const T* xb = x + b * T_ * C + c;  // x[b, t, c] = xb[t * C]
-    T* yb = y + b * T_ * C + c;
+    const int64_t b = q / ntt, t0 = (q % ntt) * kConvTileT + threadIdx.y * kSub;
+    if (t0 >= T_) continue;
+    const T* xb = static_cast<const T*>(p.x) + b * T_ * C + c0;  // x[b, t, c0] = xb[t * C]
+    T* yb = static_cast<T*>(p.y) + b * T_ * C + c0;
     const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
-    float xw[kMaxW];  // before row t0: xw[k] = x[t0 - 8 + k]; only the last W - 1 are read
+    float xs[kSub + W - 1][V];                             // xs[i] = x[t0 - W + 1 + i]
 #pragma unroll
-    for (int k = 0; k < kMaxW; ++k) {
-      const int64_t ts = t0 - kMaxW + k;
-      xw[k] = (k > kMaxW - W && ts >= 0) ? load_as_compute(xb[ts * C]) : 0.0f;
+    for (int i = 0; i < kSub + W - 1; ++i) {
+      const int64_t ts = t0 - W + 1 + i;
+      if (ts >= 0 && ts < T_) load_pack<T, V>(xb + ts * C, xs[i]);
+      else
+#pragma unroll
+        for (int v = 0; v < V; ++v) xs[i][v] = 0.0f;
     }
-    for (int64_t t = t0; t < t1; ++t) {
 #pragma unroll
-      for (int k = 0; k + 1 < kMaxW; ++k) xw[k] = xw[k + 1];
-      xw[kMaxW - 1] = load_as_compute(xb[t * C]);
-      const int since = pb ? pb[t] : kMaxW;  // tap k (lag kMaxW - 1 - k) counts when its lag <= since
-      float a = 0.0f;
+    for (int i = 0; i < kSub; ++i) {
+      const int64_t t = t0 + i;
+      if (t >= T_) break;
+      const int since = pb ? pb[t] : W;  // the tap of lag L counts when L <= since
+      float a[V];
 #pragma unroll
-      for (int k = 0; k < kMaxW; ++k)
-        if (k >= kMaxW - W && kMaxW - 1 - k <= since) a += wr[k] * xw[k];
-      yb[t * C] = store_from_compute<T>(p.silu ? silu_of(a) : a);
+      for (int v = 0; v < V; ++v) {
+        a[v] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k)
+          if (W - 1 - k <= since) a[v] += wk[v][k] * xs[i + k][v];
+        if (p.silu) a[v] = silu_of(a[v]);
+      }
+      store_pack<T, V>(yb + t * C, a);
     }
   }
 }
 
-template <class T>
-__global__ void conv_backward_tiles(ConvParams p) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= p.C) return;
-  const T* x = static_cast<const T*>(p.x);
-  const T* dy = static_cast<const T*>(p.dy);
-  const float* w = static_cast<const float*>(p.w);
-  T* dx = static_cast<T*>(p.dx);
-  float* scratch = static_cast<float*>(p.scratch);  // [Q, C, W]
-  const int W = static_cast<int>(p.W);
+template <class T, int V, int W>
+__global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_backward_tiles(ConvParams p) {
+  constexpr int E = kSub + W - 1;  // rows t0 .. t0 + E - 1 whose da the sub-tile's dx reads
+  __shared__ float part_s[kSubTiles][kGroupsX * V * W];
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kGroupsX + threadIdx.x) * V;
+  const bool active = c0 < p.C;
   const int64_t C = p.C, T_ = p.T;
   const int64_t ntt = (T_ + kConvTileT - 1) / kConvTileT;
-  float wl[kMaxW], wrev[kMaxW];  // wl[k] = w[c, k], wrev[j] = w[c, W - 1 - j] (k, j < W)
-#pragma unroll
-  for (int k = 0; k < kMaxW; ++k) {
-    wl[k] = k < W ? w[c * W + k] : 0.0f;
-    wrev[k] = k < W ? w[c * W + W - 1 - k] : 0.0f;
-  }
+  float wk[V][W];
+  load_taps<V, W>(p, c0, wk);
   for (int64_t q = blockIdx.y; q < p.B * ntt; q += gridDim.y) {
-    const int64_t b = q / ntt, t0 = (q % ntt) * kConvTileT;
-    const int64_t t_tile_end = t0 + kConvTileT < T_ ? t0 + kConvTileT : T_;
-    const int64_t t_hi = t_tile_end - 1 + W - 1 < T_ - 1 ? t_tile_end - 1 + W - 1 : T_ - 1;
-    const T* xb = x + b * T_ * C + c;
-    const T* dyb = dy + b * T_ * C + c;
-    T* dxb = dx + b * T_ * C + c;
-    const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
-    // xw[k] = x[t - W + 1 + k]; dwin[j] = da[t + j], swin[j] = pos[t + j] (tap of lag j into x[t])
-    float xw[kMaxW], dwin[kMaxW], dw_part[kMaxW];
-    int swin[kMaxW];
+    const int64_t b = q / ntt, t0 = (q % ntt) * kConvTileT + threadIdx.y * kSub;
+    float dwp[V][W];
 #pragma unroll
-    for (int k = 0; k < kMaxW; ++k) {
-      const int64_t ts = t_hi - W + 1 + k;
-      xw[k] = (k < W && ts >= 0) ? load_as_compute(xb[ts * C]) : 0.0f;
-      dwin[k] = 0.0f;  // da beyond t_hi: past the sequence end, or not needed by this tile
-      swin[k] = kMaxW;
-      dw_part[k] = 0.0f;
-    }
-    for (int64_t t = t_hi; t >= t0; --t) {
-      const int since = pb ? pb[t] : kMaxW;  // tap k of a[t] (lag W - 1 - k) counts when its lag <= since
-      float a = 0.0f;
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-      for (int k = 0; k < kMaxW; ++k)
-        if (k < W && W - 1 - k <= since) a += wl[k] * xw[k];
-      const float g = load_as_compute(dyb[t * C]);
-      const float da = p.silu ? g * silu_grad(a) : g;
+      for (int k = 0; k < W; ++k) dwp[v][k] = 0.0f;
+    if (active && t0 < T_) {
+      const T* xb = static_cast<const T*>(p.x) + b * T_ * C + c0;
+      const T* dyb = static_cast<const T*>(p.dy) + b * T_ * C + c0;
+      T* dxb = static_cast<T*>(p.dx) + b * T_ * C + c0;
+      const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;
+      float xs[E + W - 1][V];  // xs[i] = x[t0 - W + 1 + i]
+      float da[E][V];          // da[e] = dy[t0 + e] silu'(a[t0 + e]); 0 past the row's end
+      int since[E];            // pos[t0 + e]: the taps of a[t0 + e] count up to this lag
 #pragma unroll
-      for (int j = kMaxW - 1; j > 0; --j) dwin[j] = dwin[j - 1], swin[j] = swin[j - 1];
-      dwin[0] = da;
-      swin[0] = since;
-      if (t < t_tile_end) {
-        float acc = 0.0f;
+      for (int i = 0; i < E + W - 1; ++i) {
+        const int64_t ts = t0 - W + 1 + i;
+        if (ts >= 0 && ts < T_) load_pack<T, V>(xb + ts * C, xs[i]);
+        else
 #pragma unroll
-        for (int j = 0; j < kMaxW; ++j)
-          if (j < W && j <= swin[j]) acc += wrev[j] * dwin[j];
-        dxb[t * C] = store_from_compute<T>(acc);
-#pragma unroll
-        for (int k = 0; k < kMaxW; ++k)
-          if (k < W && W - 1 - k <= since) dw_part[k] += da * xw[k];
+          for (int v = 0; v < V; ++v) xs[i][v] = 0.0f;
       }
 #pragma unroll
-      for (int k = kMaxW - 1; k > 0; --k) xw[k] = xw[k - 1];
-      xw[0] = t - W >= 0 ? load_as_compute(xb[(t - W) * C]) : 0.0f;
-    }
-    float* part = scratch + (q * C + c) * W;  // [W]
+      for (int e = 0; e < E; ++e) {
+        const int64_t u = t0 + e;
+        if (u < T_) {
+          load_pack<T, V>(dyb + u * C, da[e]);
+          since[e] = pb ? pb[u] : W;
+        } else {
 #pragma unroll
-    for (int k = 0; k < kMaxW; ++k)
-      if (k < W) part[k] = dw_part[k];
+          for (int v = 0; v < V; ++v) da[e][v] = 0.0f;
+          since[e] = W;
+        }
+      }
+      if (p.silu)
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            float a = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; ++k)
+              if (W - 1 - k <= since[e]) a += wk[v][k] * xs[e + k][v];
+            da[e][v] *= silu_grad(a);
+          }
+#pragma unroll
+      for (int i = 0; i < kSub; ++i) {
+        const int64_t t = t0 + i;
+        if (t >= T_) break;
+        float dx[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          // x[t] feeds output t + j through the tap of lag j (weight W - 1 - j)
+          float acc = 0.0f;
+#pragma unroll
+          for (int j = 0; j < W; ++j)
+            if (j <= since[i + j]) acc += wk[v][W - 1 - j] * da[i + j][v];
+          dx[v] = acc;
+#pragma unroll
+          for (int k = 0; k < W; ++k)
+            if (W - 1 - k <= since[i]) dwp[v][k] += da[i][v] * xs[i + k][v];
+        }
+        store_pack<T, V>(dxb + t * C, dx);
+      }
+    }
+    // The slot's dw partial: the four sub-tiles in ascending order.
+    __syncthreads();  // the previous slot's partials have been read
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int k = 0; k < W; ++k) part_s[threadIdx.y][(threadIdx.x * V + v) * W + k] = dwp[v][k];
+    __syncthreads();
+    if (threadIdx.y == 0 && active) {
+      float* part = static_cast<float*>(p.scratch) + (q * C + c0) * W;  // [V, W] of [C, W]
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          if (c0 + v >= C) continue;
+          float s = 0.0f;
+#pragma unroll
+          for (int st = 0; st < kSubTiles; ++st) s += part_s[st][(threadIdx.x * V + v) * W + k];
+          part[v * W + k] = s;
+        }
+    }
   }
 }
 
-__global__ void conv_weight_reduce(ConvParams p, int64_t slots) {
+// Block of 32 x kReduceWarps: lane = output (c, i) within 32, warp = a residue class of slots.
+__global__ void __launch_bounds__(32 * kReduceWarps) conv_weight_reduce(ConvParams p, int64_t slots) {
+  __shared__ float warp_sum[kReduceWarps][32];
   const float* scratch = static_cast<const float*>(p.scratch);  // [Q, C, W]
-  float* dw = static_cast<float*>(p.dw);
   const int64_t n = p.C * p.W;
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    float sum = 0.0f;
-    for (int64_t q = 0; q < slots; ++q) sum += scratch[q * n + i];
-    dw[i] += sum;
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  float sum = 0.0f;
+  if (i < n)
+    for (int64_t q = warp; q < slots; q += kReduceWarps) sum += scratch[q * n + i];
+  warp_sum[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && i < n) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kReduceWarps; ++w) total += warp_sum[w][lane];
+    static_cast<float*>(p.dw)[i] += total;
+  }
+}
+
+// Whether every [B, T, C] operand allows V-wide accesses: C % V == 0 and V-element alignment.
+template <class T>
+bool packs_fit(const ConvParams& p, ConvPass pass, int V) {
+  auto ok = [&](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % (sizeof(T) * V) == 0; };
+  if (p.C % V != 0 || !ok(p.x)) return false;
+  return pass == ConvPass::forward ? ok(p.y) : ok(p.dy) && ok(p.dx);
+}
+
+template <class T, int V, int W>
+void launch_width(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
+  const int64_t slots = conv_weight_slots(p.B, p.T);
+  const int64_t groups = (p.C + V - 1) / V;
+  const dim3 grid(static_cast<unsigned>((groups + kGroupsX - 1) / kGroupsX),
+                  static_cast<unsigned>(slots < kMaxGridY ? slots : kMaxGridY));
+  const dim3 block(kGroupsX, kSubTiles);
+  if (pass == ConvPass::forward) {
+    auto kernel = conv_forward_tiles<T, V, W>;
+    LT_LAUNCH(kernel, grid, block, 0, stream, p);
+    return;
+  }
+  auto kernel = conv_backward_tiles<T, V, W>;
+  LT_LAUNCH(kernel, grid, block, 0, stream, p);
+  const auto reduce_blocks = static_cast<unsigned>((p.C * p.W + 31) / 32);
+  LT_LAUNCH(conv_weight_reduce, dim3(reduce_blocks), dim3(32 * kReduceWarps), 0, stream, p, slots);
+}
+
+template <class T, int V>
+void launch_vec(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
+  switch (p.W) {
+    case 1: launch_width<T, V, 1>(pass, p, stream); break;
+    case 2: launch_width<T, V, 2>(pass, p, stream); break;
+    case 3: launch_width<T, V, 3>(pass, p, stream); break;
+    case 4: launch_width<T, V, 4>(pass, p, stream); break;
+    case 5: launch_width<T, V, 5>(pass, p, stream); break;
+    case 6: launch_width<T, V, 6>(pass, p, stream); break;
+    case 7: launch_width<T, V, 7>(pass, p, stream); break;
+    case 8: launch_width<T, V, 8>(pass, p, stream); break;
+    default: throw std::invalid_argument("conv: width " + std::to_string(p.W) + " outside 1..8");
   }
 }
 
 template <class T>
 void launch_conv(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
-  const int64_t slots = conv_weight_slots(p.B, p.T);
-  const dim3 grid(static_cast<unsigned>((p.C + kConvThreads - 1) / kConvThreads),
-                  static_cast<unsigned>(slots < kMaxGridY ? slots : kMaxGridY));
-  if (pass == ConvPass::forward) {
-    auto kernel = conv_forward_tiles<T>;
-    LT_LAUNCH(kernel, grid, kConvThreads, 0, stream, p);
-    return;
-  }
-  auto kernel = conv_backward_tiles<T>;
-  LT_LAUNCH(kernel, grid, kConvThreads, 0, stream, p);
-  LT_LAUNCH(conv_weight_reduce, grid_for(p.C * p.W), kThreads, 0, stream, p, slots);
+  if (packs_fit<T>(p, pass, 4)) launch_vec<T, 4>(pass, p, stream);
+  else launch_vec<T, 1>(pass, p, stream);
 }
 
 }  // namespace
