@@ -6,7 +6,7 @@
 //     xh_j = (x_j - mu) * rstd
 //     y_j  = (xh_j * w[h, j] + (bias ? b[h, j] : 0)) * (gate ? sigmoid(g_j) : 1)
 // Backward, with s_j = sigmoid(g_j) (1 without a gate), e_j = dy_j * s_j, d_j = e_j * w[h, j]:
-//     dx_j  = rstd * (d_j - (center ? mean(d) : 0) - xh_j * mean(d . xh))
+//     dx_j  = rstd * (d_j - (center ? mean(d) : 0) - xh_j * mean(d . xh))  (+ dres_j: optional)
 //     dg_j  = dy_j * (xh_j * w[h, j] + b[h, j]) * s_j (1 - s_j)        (gate only)
 //     dw[h, j] += sum_{rows of head h} e_j xh_j;   db[h, j] += sum_{rows of head h} e_j
 // Dtypes: x, g, y, dy, dx, dg are `dtype` (f32, bf16; f64 and f16 on the CPU); w, b, dw, db,
@@ -44,12 +44,13 @@ struct NormParams {
   void* mean = nullptr;     // [N] (center; written by forward, read by backward)
   void* rstd = nullptr;     // [N]
   // backward (x, g, w, b, mean, rstd as above)
-  const void* dy = nullptr;  // [N, L]
-  void* dx = nullptr;        // [N, L], written
-  void* dg = nullptr;        // [N, L], written (gate)
-  void* dw = nullptr;        // [P, L], accumulated
-  void* db = nullptr;        // [P, L], accumulated (bias)
-  void* scratch = nullptr;   // [norm_weight_slots(N, P) * (bias ? 2 : 1) * L] compute type
+  const void* dy = nullptr;    // [N, L]
+  void* dx = nullptr;          // [N, L], written
+  const void* dres = nullptr;  // [N, L] added to dx before its rounding (a residual's gradient), or null
+  void* dg = nullptr;          // [N, L], written (gate)
+  void* dw = nullptr;          // [P, L], accumulated
+  void* db = nullptr;          // [P, L], accumulated (bias)
+  void* scratch = nullptr;     // [norm_weight_slots(N, P) * (bias ? 2 : 1) * L] compute type
 };
 
 // Rows per weight-gradient slot at least this many; at most kNormMaxSlots slots over all heads

@@ -200,11 +200,10 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
     dact = Tensor();
     s->gate = s->up = Tensor();
     Tensor dhn = nn::linear_backward(da.db, s->hn, at(w, "mlp.up_proj.weight"), at(g, "mlp.up_proj.weight"));
-    ops::add_(dhn, nn::linear_backward(da.da, s->hn, at(w, "mlp.gate_proj.weight"), at(g, "mlp.gate_proj.weight")));
+    nn::linear_backward_add(da.da, s->hn, at(w, "mlp.gate_proj.weight"), at(g, "mlp.gate_proj.weight"), dhn);
     da = {};
     s->hn = Tensor();
-    dh = nn::rms_norm_backward(dhn, s->h, at(w, "mlp_norm.weight"), s->mlp_norm, at(g, "mlp_norm.weight"));
-    ops::add_(dh, dy);
+    dh = nn::rms_norm_backward(dhn, s->h, at(w, "mlp_norm.weight"), s->mlp_norm, at(g, "mlp_norm.weight"), dy);
     s->h = Tensor();
   }
   StageScope stage("attn");
@@ -236,13 +235,13 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
   StageScope proj("proj");
   ops::add_(at(g, "attn.A_log"), dk.dA_log.reshape(at(g, "attn.A_log").shape()));
   ops::add_(at(g, "attn.dt_bias"), dk.ddt_bias.reshape(at(g, "attn.dt_bias").shape()));
-  ops::add_(dxn, nn::linear_backward(dk.db, s->xn, at(w, "attn.b_proj.weight"), at(g, "attn.b_proj.weight")));
+  nn::linear_backward_add(dk.db, s->xn, at(w, "attn.b_proj.weight"), at(g, "attn.b_proj.weight"), dxn);
   dk.db = Tensor();
   Tensor df1 = nn::linear_backward(dk.df.reshape({B, T, H * K}), s->f1, at(w, "attn.f_proj.1.weight"),
                                    at(g, "attn.f_proj.1.weight"));
   dk.df = Tensor();
   s->f1 = Tensor();
-  ops::add_(dxn, nn::linear_backward(df1, s->xn, at(w, "attn.f_proj.0.weight"), at(g, "attn.f_proj.0.weight")));
+  nn::linear_backward_add(df1, s->xn, at(w, "attn.f_proj.0.weight"), at(g, "attn.f_proj.0.weight"), dxn);
   df1 = Tensor();
   // q, k, v = silu(conv(xn W^T)): the convs' backwards recompute the pre-activations.
   struct Branch {
@@ -259,13 +258,11 @@ Tensor kda_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap& 
     Tensor dlin = nn::short_conv_backward(br.grad->reshape({B, T, H * K}), *br.lin, conv_view(at(w, br.conv)), dconv_w,
                                           true, s->positions);
     *br.grad = Tensor();
-    ops::add_(dxn, nn::linear_backward(dlin, s->xn, at(w, br.proj), at(g, br.proj)));
+    nn::linear_backward_add(dlin, s->xn, at(w, br.proj), at(g, br.proj), dxn);
     *br.lin = Tensor();
   }
   s->xn = Tensor();
-  Tensor dx = nn::rms_norm_backward(dxn, s->x, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"));
-  ops::add_(dx, dh);
-  return dx;
+  return nn::rms_norm_backward(dxn, s->x, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"), dh);
 }
 
 }  // namespace lt::model

@@ -290,8 +290,7 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     dfk = dfr = s->fd = Tensor();
     s->f = Tensor();
     dh = nn::layer_norm_backward(df, s->h, at(w, "ffn_norm.weight"), s->ffn_norm, at(g, "ffn_norm.weight"),
-                                 at(g, "ffn_norm.bias"));
-    ops::add_(dh, dy);
+                                 at(g, "ffn_norm.bias"), dy);
     s->h = Tensor();
   }
   StageScope stage("attn");
@@ -380,9 +379,8 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   dxx = lg.da = lg.ddelta = s->delta = Tensor();
   s->a = Tensor();
   Tensor dr = nn::layer_norm_backward(da, s->r, at(w, "attn_norm.weight"), s->attn_norm, at(g, "attn_norm.weight"),
-                                      at(g, "attn_norm.bias"));
+                                      at(g, "attn_norm.bias"), dh);
   da = Tensor();
-  ops::add_(dr, dh);
   if (ctx.layer != 0) return dr;
   return nn::layer_norm_backward(dr, s->x, at(w, "pre_norm.weight"), s->pre_norm, at(g, "pre_norm.weight"),
                                  at(g, "pre_norm.bias"));

@@ -1,7 +1,7 @@
 // Linear layer (engine/nn/linear.h): y = x W^T (+ b), rows of x flattened into one GEMM.
 //   x [R, in] (R = product of x's leading dims), W [out, in], b [out], y [R, out].
 // Backward (parameter grads +=, activation grad =):
-//   dx  = dy W            [R, out] x [out, in]      (dy's dtype)
+//   dx  = dy W            [R, out] x [out, in]      (dy's dtype; linear_backward_add: +=)
 //   dW += dy^T x          [out, R] x [R, in]        (dW: f32 for bf16 operands, else x's dtype)
 //   db += sum_r dy[r, :]  as the GEMM ones[1, R] x dy [R, out] accumulated into db [1, out]
 // For bf16 / f16 operands both parameter GEMMs are mixed precision (engine/ops.h
@@ -34,6 +34,40 @@ void check_weight(const Tensor& x, const Tensor& W, const char* op) {
 // x viewed as [R, in] (a copy only when x's leading dims do not flatten).
 Tensor rows_of(const Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 
+// The checks of both backwards and the parameter gradients: dW += dy^T x, db += 1^T dy.
+// Returns dy as [R, out].
+Tensor param_grads(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& dW, Tensor* db, const char* op) {
+  check_weight(x, W, op);
+  const int64_t out_features = W.size(0);
+  Shape y_shape = x.shape();
+  y_shape.back() = out_features;
+  if (!dy.defined() || dy.shape() != y_shape || dy.dtype() != x.dtype() || dy.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": dy " + (dy.defined() ? shape_str(dy.shape()) : "undefined") +
+                                " must be " + shape_str(y_shape) + " " + dtype_name(x.dtype()) + " on x's device");
+  const DType gdt = grad_dtype(x.dtype());
+  if (!dW.defined() || dW.shape() != W.shape() || dW.dtype() != gdt || dW.device() != W.device() || !dW.is_contiguous())
+    throw std::invalid_argument(std::string(op) + ": dW " + (dW.defined() ? shape_str(dW.shape()) : "undefined") +
+                                " must be contiguous " + shape_str(W.shape()) + " " + dtype_name(gdt) +
+                                " on W's device");
+  if (db && (!db->defined() || db->shape() != Shape{out_features} || db->dtype() != gdt || db->device() != W.device() ||
+             !db->is_contiguous()))
+    throw std::invalid_argument(std::string(op) + ": db " + (db->defined() ? shape_str(db->shape()) : "undefined") +
+                                " must be contiguous [" + std::to_string(out_features) + "] " + dtype_name(gdt) +
+                                " on W's device");
+
+  const Tensor x2 = rows_of(x);    // [R, in]
+  const Tensor dy2 = rows_of(dy);  // [R, out]
+  const int64_t R = x2.size(0);
+  // bf16 / f16 operands write f32 gradients straight from the mixed-precision GEMM.
+  ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
+  if (db) {
+    Tensor db_row = db->view({1, out_features});
+    const Tensor ones = Tensor::full({1, R}, 1.0, dy.dtype(), dy.device());
+    ops::matmul_out(db_row, ones, dy2, false, false, 1.0, 1.0);  // db [1, out] += 1^T dy
+  }
+  return dy2;
+}
+
 }  // namespace
 
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor& b) {
@@ -51,39 +85,20 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor& b) {
 }
 
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& dW, Tensor* db, bool need_dx) {
-  check_weight(x, W, "linear_backward");
-  const int64_t out_features = W.size(0), in_features = W.size(1);
-  Shape y_shape = x.shape();
-  y_shape.back() = out_features;
-  if (!dy.defined() || dy.shape() != y_shape || dy.dtype() != x.dtype() || dy.device() != x.device())
-    throw std::invalid_argument("linear_backward: dy " + (dy.defined() ? shape_str(dy.shape()) : "undefined") +
-                                " must be " + shape_str(y_shape) + " " + dtype_name(x.dtype()) + " on x's device");
-  const DType gdt = grad_dtype(x.dtype());
-  if (!dW.defined() || dW.shape() != W.shape() || dW.dtype() != gdt || dW.device() != W.device() || !dW.is_contiguous())
-    throw std::invalid_argument("linear_backward: dW " + (dW.defined() ? shape_str(dW.shape()) : "undefined") +
-                                " must be contiguous " + shape_str(W.shape()) + " " + dtype_name(gdt) +
-                                " on W's device");
-  if (db && (!db->defined() || db->shape() != Shape{out_features} || db->dtype() != gdt || db->device() != W.device() ||
-             !db->is_contiguous()))
-    throw std::invalid_argument("linear_backward: db " + (db->defined() ? shape_str(db->shape()) : "undefined") +
-                                " must be contiguous [" + std::to_string(out_features) + "] " + dtype_name(gdt) +
-                                " on W's device");
-
-  const Tensor x2 = rows_of(x);    // [R, in]
-  const Tensor dy2 = rows_of(dy);  // [R, out]
-  const int64_t R = x2.size(0);
-
-  // bf16 / f16 operands write f32 gradients straight from the mixed-precision GEMM.
-  ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
-  if (db) {
-    Tensor db_row = db->view({1, out_features});
-    const Tensor ones = Tensor::full({1, R}, 1.0, dy.dtype(), dy.device());
-    ops::matmul_out(db_row, ones, dy2, false, false, 1.0, 1.0);  // db [1, out] += 1^T dy
-  }
+  const Tensor dy2 = param_grads(dy, x, W, dW, db, "linear_backward");
   if (!need_dx) return Tensor();
-  Shape dx_shape = y_shape;
-  dx_shape.back() = in_features;
-  return ops::matmul(dy2, W).view(dx_shape);  // [R, in]
+  return ops::matmul(dy2, W).view(x.shape());  // [R, in]
+}
+
+void linear_backward_add(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& dW, Tensor& dx_acc, Tensor* db) {
+  if (!dx_acc.defined() || dx_acc.shape() != x.shape() || dx_acc.dtype() != x.dtype() ||
+      dx_acc.device() != x.device() || !dx_acc.is_contiguous())
+    throw std::invalid_argument(
+        "linear_backward_add: dx_acc " + (dx_acc.defined() ? shape_str(dx_acc.shape()) : std::string("undefined")) +
+        " must be contiguous " + shape_str(x.shape()) + " " + dtype_name(x.dtype()) + " on x's device");
+  const Tensor dy2 = param_grads(dy, x, W, dW, db, "linear_backward_add");
+  Tensor acc2 = dx_acc.view({-1, x.size(-1)});
+  ops::matmul_out(acc2, dy2, W, false, false, 1.0, 1.0);  // dx_acc [R, in] += dy W
 }
 
 }  // namespace lt::nn

@@ -130,11 +130,13 @@ NormOut norm_forward(const NormForm& f, const Tensor& x, const Tensor* g, const 
 
 // Returns dx; writes dg when the form is gated; accumulates dw (and db).
 Tensor norm_backward(const NormForm& f, const Tensor& dy, const Tensor& x, const Tensor* g, const Tensor& w,
-                     const Tensor* b, const NormStats& s, Tensor& dw, Tensor* db, Tensor* dg) {
+                     const Tensor* b, const NormStats& s, Tensor& dw, Tensor* db, Tensor* dg,
+                     const Tensor& dres = Tensor()) {
   const std::string op = std::string(f.op) + "_backward";
   check_activation(x, op, "x");
   const Rows r = rows_of(f, x, op);
   check_like(dy, x, op, "dy");
+  if (dres.defined()) check_like(dres, x, op, "dres");
   if (g) check_like(*g, x, op, "g");
   check_param(w, r.weight_shape, x, op, "w");
   if (b) check_param(*b, r.weight_shape, x, op, "b");
@@ -148,6 +150,7 @@ Tensor norm_backward(const NormForm& f, const Tensor& dy, const Tensor& x, const
   if (r.N == 0) return dx;
 
   const Tensor xc = x.contiguous(), dyc = dy.contiguous(), wc = w.contiguous();
+  const Tensor dresc = dres.defined() ? dres.contiguous() : Tensor();
   const Tensor gc = g ? g->contiguous() : Tensor(), bc = b ? b->contiguous() : Tensor();
   const Tensor rstd = s.rstd.contiguous(), mean = f.center ? s.mean.contiguous() : Tensor();
   const int64_t nacc = f.bias ? 2 : 1;
@@ -168,6 +171,7 @@ Tensor norm_backward(const NormForm& f, const Tensor& dy, const Tensor& x, const
   p.rstd = rstd.data_ptr();
   p.dy = dyc.data_ptr();
   p.dx = dx.data_ptr();
+  p.dres = dres.defined() ? dresc.data_ptr() : nullptr;
   p.dg = dg ? dg->data_ptr() : nullptr;
   p.dw = dw.data_ptr();
   p.db = db ? db->data_ptr() : nullptr;
@@ -182,17 +186,18 @@ Tensor norm_backward(const NormForm& f, const Tensor& dy, const Tensor& x, const
 NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
   return norm_forward(kRms, x, nullptr, w, nullptr, eps);
 }
-Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw) {
-  return norm_backward(kRms, dy, x, nullptr, w, nullptr, s, dw, nullptr, nullptr);
+Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw,
+                         const Tensor& dres) {
+  return norm_backward(kRms, dy, x, nullptr, w, nullptr, s, dw, nullptr, nullptr, dres);
 }
 
 NormOut layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
   return norm_forward(kLayer, x, nullptr, w, &b, eps);
 }
 Tensor layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw,
-                           Tensor& db) {
+                           Tensor& db, const Tensor& dres) {
   // b does not enter dx or dw (the kernel reads it only for dg of a gated form)
-  return norm_backward(kLayer, dy, x, nullptr, w, nullptr, s, dw, &db, nullptr);
+  return norm_backward(kLayer, dy, x, nullptr, w, nullptr, s, dw, &db, nullptr, dres);
 }
 
 NormOut group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {

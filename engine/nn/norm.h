@@ -27,12 +27,15 @@ struct NormOut {
 
 // y = x * rstd * w.  x [..., L], w [L].
 NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps);
-Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw);
+// dres (optional, x's shape and dtype): added to dx before its one rounding, for a residual
+// branch's gradient (dx = norm's dx + dres without a separate add pass).
+Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw,
+                         const Tensor& dres = Tensor());
 
 // y = (x - mean) * rstd * w + b.  x [..., L], w, b [L].
 NormOut layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
 Tensor layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const NormStats& s, Tensor& dw,
-                           Tensor& db);
+                           Tensor& db, const Tensor& dres = Tensor());
 
 // Per-head LayerNorm: x [..., H, D], w, b [H, D] (fla's g_norm weight [H*D] viewed so).
 NormOut group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps);

@@ -65,6 +65,7 @@ void norm_backward(const NormParams& p) {
   const C* mean = static_cast<const C*>(p.mean);
   const C* rstd = static_cast<const C*>(p.rstd);
   T* dx = static_cast<T*>(p.dx);
+  const T* dres = static_cast<const T*>(p.dres);
   T* dg = static_cast<T*>(p.dg);
   C* scratch = static_cast<C*>(p.scratch);  // [G, acc, L]
   const int64_t L = p.len, P = p.period;
@@ -110,7 +111,8 @@ void norm_backward(const NormParams& p) {
         const C xh = (load_as_compute(xr[j]) - mu) * rs;
         C e = load_as_compute(dyr[j]);
         if (p.gate) e *= sigmoid(load_as_compute(g[r * L + j]));
-        dx[r * L + j] = store_from_compute<T>(rs * (e * wh[j] - c1 - xh * c2));
+        const C res = dres ? load_as_compute(dres[r * L + j]) : C(0);
+        dx[r * L + j] = store_from_compute<T>(rs * (e * wh[j] - c1 - xh * c2) + res);
       }
     }
   }

@@ -104,6 +104,7 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
   const float* mean = static_cast<const float*>(p.mean);
   const float* rstd = static_cast<const float*>(p.rstd);
   T* dx = static_cast<T*>(p.dx);
+  const T* dres = static_cast<const T*>(p.dres);
   T* dg = static_cast<T*>(p.dg);
   float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
@@ -153,7 +154,8 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
       const float xh = (load_as_compute(xr[j]) - mu) * rs;
       float e = load_as_compute(dyr[j]);
       if (p.gate) e *= sigmoidf(load_as_compute(g[r * L + j]));
-      dx[r * L + j] = store_from_compute<T>(rs * (e * wh[j] - c1 - xh * c2));
+      const float res = dres ? load_as_compute(dres[r * L + j]) : 0.0f;
+      dx[r * L + j] = store_from_compute<T>(rs * (e * wh[j] - c1 - xh * c2) + res);
     }
   }
   if (!partials_in_smem) return;
@@ -182,6 +184,7 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
   const float* mean = static_cast<const float*>(p.mean);
   const float* rstd = static_cast<const float*>(p.rstd);
   V* dx = static_cast<V*>(p.dx);
+  const V* dres = static_cast<const V*>(p.dres);
   V* dg = static_cast<V*>(p.dg);
   float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
@@ -240,14 +243,16 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       if (k >= nv) continue;
-      V dxv;
+      V dxv, resv;
+      if (dres) resv = dres[r * rowv + k * kWarp + lane];
 #pragma unroll
       for (int e = 0; e < n; ++e) {
         const int64_t j = (k * kWarp + lane) * n + e;
         const float xh = (load_as_compute(xv[k].v[e]) - mu) * rs;
         float ee = load_as_compute(dyv[k].v[e]);
         if (p.gate) ee *= sigmoidf(load_as_compute(gv[k].v[e]));
-        dxv.v[e] = store_from_compute<T>(rs * (ee * wh[j] - c1 - xh * c2));
+        const float res = dres ? load_as_compute(resv.v[e]) : 0.0f;
+        dxv.v[e] = store_from_compute<T>(rs * (ee * wh[j] - c1 - xh * c2) + res);
       }
       dx[r * rowv + k * kWarp + lane] = dxv;
     }
@@ -299,7 +304,8 @@ void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
   const size_t smem = in_smem ? static_cast<size_t>(warps * partial_bytes) : 0;
   constexpr int64_t per_vec = kWarp * Vec16<T>::n;  // elements a warp covers per vector step
   const bool vec = in_smem && p.len % per_vec == 0 && p.len / per_vec <= kNormVecMax && aligned16(p.x) &&
-                   aligned16(p.dy) && aligned16(p.dx) && (!p.gate || (aligned16(p.g) && aligned16(p.dg)));
+                   aligned16(p.dy) && aligned16(p.dx) && (!p.dres || aligned16(p.dres)) &&
+                   (!p.gate || (aligned16(p.g) && aligned16(p.dg)));
   if (vec) {
     auto rows_kernel = norm_backward_rows_vec<T, kNormVecMax>;
     LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices);

@@ -73,12 +73,13 @@ struct NormGrads {
   Tensor dx, dg;
 };
 // dw (and db for the biased forms) are accumulated.
+// dres: a residual gradient added into dx (the RMS and LayerNorm forms only).
 inline NormGrads norm_backward(NormForm f, const Tensor& dy, const NormInputs& in, const nn::NormStats& s, Tensor& dw,
-                               Tensor& db) {
+                               Tensor& db, const Tensor& dres = Tensor()) {
   NormGrads r;
   switch (f) {
-    case NormForm::rms: r.dx = nn::rms_norm_backward(dy, in.x, in.w, s, dw); break;
-    case NormForm::layer: r.dx = nn::layer_norm_backward(dy, in.x, in.w, s, dw, db); break;
+    case NormForm::rms: r.dx = nn::rms_norm_backward(dy, in.x, in.w, s, dw, dres); break;
+    case NormForm::layer: r.dx = nn::layer_norm_backward(dy, in.x, in.w, s, dw, db, dres); break;
     case NormForm::group: r.dx = nn::group_norm_backward(dy, in.x, in.w, s, dw, db); break;
     case NormForm::gated: {
       nn::GatedNormGrads gg = nn::gated_rms_norm_backward(dy, in.x, in.g, in.w, s, dw);

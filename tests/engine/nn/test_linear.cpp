@@ -1,8 +1,9 @@
 // Linear layer (engine/nn/linear.h): forward against a host reference, backward by central
 // finite differences in f64 (dx, dW, db), parameter gradients accumulating with +=, f32 and
-// bf16 against the f64 result, argument checks.
+// bf16 against the f64 result, the accumulating form (linear_backward_add), argument checks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -136,6 +137,45 @@ TEST_CASE("linear f32 and bf16 against f64", "[nn][linear]") {
     CHECK(test::rel_err(dW.to_vector(), dW_ref.to_vector()) < 1e-6);
     CHECK(test::rel_err(db.to_vector(), db_ref.to_vector()) < 1e-6);
   }
+}
+
+TEST_CASE("linear_backward_add: dx_acc += dy W with one rounding, the same parameter gradients", "[nn][linear]") {
+  const Tensor x = test::random_tensor({3, 5, 16}, 51, DType::f64);
+  const Tensor W = test::random_tensor({12, 16}, 52, DType::f64);
+  const Tensor dy = test::random_tensor({3, 5, 12}, 53, DType::f64);
+  const Tensor acc0 = test::random_tensor({3, 5, 16}, 54, DType::f64);
+  const Tensor dW0 = test::random_tensor({12, 16}, 55, DType::f64);
+  const Tensor db0 = test::random_tensor({12}, 56, DType::f64);
+  // f64: the accumulator gains exactly linear_backward's dx; dW, db as with linear_backward.
+  Tensor dW_ref = dW0.clone(), db_ref = db0.clone();
+  const Tensor dx_ref = nn::linear_backward(dy, x, W, dW_ref, &db_ref);
+  Tensor acc = acc0.clone(), dW = dW0.clone(), db = db0.clone();
+  nn::linear_backward_add(dy, x, W, dW, acc, &db);
+  CHECK(test::rel_err(acc.to_vector(), (acc0 + dx_ref).to_vector()) < 1e-15);
+  CHECK(test::rel_err(dW.to_vector(), dW_ref.to_vector()) < 1e-15);
+  CHECK(test::rel_err(db.to_vector(), db_ref.to_vector()) < 1e-15);
+  // bf16: acc + dy W from the f64 product of the bf16 operands, rounded once to bf16.
+  const Tensor xb = x.to(DType::bf16), Wb = W.to(DType::bf16), dyb = dy.to(DType::bf16);
+  const Tensor accb0 = acc0.to(DType::bf16);
+  Tensor dW_f32 = dW0.to(DType::f32);
+  Tensor accb = accb0.clone();
+  nn::linear_backward_add(dyb, xb, Wb, dW_f32, accb);
+  REQUIRE(accb.dtype() == DType::bf16);
+  const Tensor want =
+      accb0.to(DType::f64) + ops::matmul(dyb.to(DType::f64).reshape({15, 12}), Wb.to(DType::f64)).view({3, 5, 16});
+  // One rounding to nearest: every element within 2^-8 of its exact value, relatively.
+  const std::vector<double> got_v = accb.to_vector(), want_v = want.to_vector();
+  double worst = 0.0;
+  for (size_t i = 0; i < got_v.size(); ++i)
+    worst = std::max(worst, std::abs(got_v[i] - want_v[i]) / std::abs(want_v[i]));
+  CHECK(worst <= std::ldexp(1.0, -8));
+  // The accumulator must have x's shape and dtype, contiguous.
+  Tensor bad = Tensor::zeros({3, 5, 15}, DType::f64);
+  CHECK_THROWS_WITH(nn::linear_backward_add(dy, x, W, dW, bad), Catch::Contains("linear_backward_add") &&
+                                                                    Catch::Contains("dx_acc") &&
+                                                                    Catch::Contains("[3, 5, 15]"));
+  Tensor strided = Tensor::zeros({5, 3, 16}, DType::f64).transpose(0, 1);
+  CHECK_THROWS_WITH(nn::linear_backward_add(dy, x, W, dW, strided), Catch::Contains("contiguous"));
 }
 
 TEST_CASE("linear argument checks name the problem", "[nn][linear]") {

@@ -1,7 +1,7 @@
 // Norm layers on the CPU (engine/nn/norm.h): forward and backward against the direct
 // double-precision formulas (f64, f32; enough rows for several weight-gradient slots),
 // backward of every input and parameter by finite differences in f64, bf16 against f32,
-// dw / db accumulation, run-to-run bit-identical weight gradients, strided inputs, and the
+// dw / db accumulation, the residual gradient added into dx (dres), run-to-run bit-identical weight gradients, strided inputs, and the
 // argument errors.
 #include <catch2/catch.hpp>
 
@@ -97,6 +97,42 @@ TEST_CASE("norm: dw and db accumulate, dx and dg are written", "[nn][norm]") {
     CHECK(same_bits(twice.dx, once.dx));
     if (has_gate(f)) CHECK(same_bits(twice.dg, once.dg));
   }
+}
+
+TEST_CASE("norm: a residual gradient (dres) is added to dx before its one rounding", "[nn][norm]") {
+  for (NormForm f : {NormForm::rms, NormForm::layer}) {
+    INFO(form_name(f));
+    const Shape xs = many_rows_shape(f);
+    // f64: dx with dres equals dx without it plus dres; dw, db are the same.
+    const NormInputs in = make_norm_inputs(f, xs, DType::f64, 61);
+    const Tensor dy = random_tensor(xs, 62, DType::f64), dres = random_tensor(xs, 63, DType::f64);
+    const nn::NormOut out = norm_forward(f, in, kEps);
+    Tensor dw_a = zeros_like_param(in.w), db_a = zeros_like_param(in.w);
+    Tensor dw_b = zeros_like_param(in.w), db_b = zeros_like_param(in.w);
+    const Tensor plain = norm_backward(f, dy, in, out.stats, dw_a, db_a).dx;
+    const Tensor with = norm_backward(f, dy, in, out.stats, dw_b, db_b, dres).dx;
+    CHECK(rel_err(with.to_vector(), (plain + dres).to_vector()) < 1e-15);
+    CHECK(same_bits(dw_a, dw_b));
+    CHECK(same_bits(db_a, db_b));
+    // bf16: the f32 sum rounded once, bit for bit the f32 result on the same values rounded.
+    const NormInputs in_b = make_norm_inputs(f, xs, DType::bf16, 64);
+    NormInputs in_f = in_b;
+    in_f.x = in_b.x.to(DType::f32);
+    const Tensor dy_b = random_tensor(xs, 65, DType::bf16), dres_b = random_tensor(xs, 66, DType::bf16);
+    const nn::NormOut out_b = norm_forward(f, in_b, kEps), out_f = norm_forward(f, in_f, kEps);
+    Tensor dw_fb = zeros_like_param(in_b.w), db_fb = zeros_like_param(in_b.w);  // f32 gradients
+    const Tensor dx_b = norm_backward(f, dy_b, in_b, out_b.stats, dw_fb, db_fb, dres_b).dx;
+    const Tensor dx_f =
+        norm_backward(f, dy_b.to(DType::f32), in_f, out_f.stats, dw_fb, db_fb, dres_b.to(DType::f32)).dx;
+    REQUIRE(dx_b.dtype() == DType::bf16);
+    CHECK(same_bits(dx_b, dx_f.to(DType::bf16)));
+  }
+  // dres must have x's shape and dtype.
+  const NormInputs in = make_norm_inputs(NormForm::rms, {3, 4, 6}, DType::f64, 67);
+  const nn::NormOut out = norm_forward(NormForm::rms, in, kEps);
+  Tensor dw = zeros_like_param(in.w);
+  CHECK_THROWS_WITH(nn::rms_norm_backward(in.x, in.x, in.w, out.stats, dw, Tensor::zeros({3, 4, 5}, DType::f64)),
+                    Catch::Contains("rms_norm_backward") && Catch::Contains("dres"));
 }
 
 TEST_CASE("norm: bf16 activations against f32 on the same values", "[nn][norm]") {

@@ -70,6 +70,27 @@ TEST_CASE("cuda norm: forward and backward match the CPU", "[nn][norm][cuda]") {
       }
 }
 
+TEST_CASE("cuda norm: a residual gradient added into dx matches the CPU on both row paths", "[nn][norm][cuda]") {
+  PoisonScope poison;
+  uint64_t seed = 3000;
+  for (NormForm f : {NormForm::rms, NormForm::layer})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const Shape& xs : shapes_for(f)) {  // L = 100, 6200: the general rows; 512, 768: registers
+        INFO(form_name(f) << " " << dtype_name(dt) << " x " << shape_str(xs));
+        seed += 10;
+        const NormInputs in_c = make_norm_inputs(f, xs, dt, seed);
+        const NormInputs in_g = norm_inputs_to(in_c, kGpu);
+        const nn::NormOut oc = norm_forward(f, in_c, kEps), og = norm_forward(f, in_g, kEps);
+        const Tensor dy_c = random_tensor(xs, seed + 5, dt), dres_c = random_tensor(xs, seed + 8, dt);
+        Tensor dw_c = Tensor::zeros(in_c.w.shape(), DType::f32), db_c = Tensor::zeros(in_c.w.shape(), DType::f32);
+        Tensor dw_g = dw_c.to(kGpu), db_g = db_c.to(kGpu);
+        const NormGrads gc = norm_backward(f, dy_c, in_c, oc.stats, dw_c, db_c, dres_c);
+        const NormGrads gg = norm_backward(f, dy_c.to(kGpu), in_g, og.stats, dw_g, db_g, dres_c.to(kGpu));
+        CHECK(rel_err(gg.dx.to_vector(), gc.dx.to_vector()) < act_tol(dt));
+        CHECK(rel_err(dw_g.to_vector(), dw_c.to_vector()) < kParamTol);
+      }
+}
+
 TEST_CASE("cuda norm: bit-identical results run to run", "[nn][norm][cuda]") {
   for (NormForm f : kAllNormForms) {
     INFO(form_name(f));

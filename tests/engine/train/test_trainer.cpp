@@ -347,28 +347,31 @@ TEST_CASE("trainer: loss spikes skip updates; too many in a row stop the run at 
           "[trainer][train]") {
   TempDir tmp;
   const std::string out = tmp / "out";
-  // lr 10 without clipping blows the loss up within a few steps; each blown-up loss is a
-  // spike against the 2-step window, the skipped update leaves the weights as they were,
-  // so the spikes repeat until max_consecutive_skips stops the run.
+  // lr 10 without clipping blows the loss up within a few steps, and the blown-up losses
+  // bounce: some are spikes against the 2-step window. Which steps, and whether spikes come
+  // several in a row, depends on every rounding of the trajectory, so the limit is 1: the
+  // first spike skips its update and stops the run (the count of skips in a row is tested
+  // with injected non-finite losses below).
   write_text(tmp / "c.json", tiny_config(out, 20, 1));
   auto r = run_trainer({"--config", tmp / "c.json", "--set", "train.lr=10", "--set", "train.max_grad_norm=0", "--set",
                         "train.warmup_steps=0", "--set", "train.weight_decay=0", "--set", "train.spike_zscore=4",
-                        "--set", "train.spike_window=2", "--set", "train.max_consecutive_skips=3"},
+                        "--set", "train.spike_window=2", "--set", "train.max_consecutive_skips=1"},
                        tmp.path.string(), "spike");
   INFO(r.err);
   CHECK(r.rc == 3);
-  CHECK_THAT(r.err, Catch::Contains("update skipped") && Catch::Contains("stopping: 3 updates skipped in a row"));
+  CHECK_THAT(r.err,
+             Catch::Contains("update skipped: loss spike") && Catch::Contains("stopping: 1 updates skipped in a row"));
   auto recs = lt::traintest::train_records(out + "/metrics.jsonl");
   REQUIRE(recs.size() >= 4);
   const int64_t last = recs.back()["step"].get<int64_t>();
   int64_t skipped_tail = 0;
   for (auto it = recs.rbegin(); it != recs.rend() && (*it)["skipped"].get<bool>(); ++it) ++skipped_tail;
-  CHECK(skipped_tail == 3);
+  CHECK(skipped_tail == 1);
   CHECK(last < 20);
-  // The newest checkpoint is the step before the skips began, and it verifies.
+  // The newest checkpoint is the step before the skip, and it verifies.
   auto latest = lt::train::checkpoint_find_latest(out);
   REQUIRE(latest.has_value());
-  CHECK(fs::path(*latest).filename() == lt::train::checkpoint_dir_name(last - 3));
+  CHECK(fs::path(*latest).filename() == lt::train::checkpoint_dir_name(last - 1));
   CHECK_THAT(r.err, Catch::Contains(*latest));
 }
 
