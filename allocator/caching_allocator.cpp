@@ -321,13 +321,17 @@ Block* alloc_segment(Impl& s, Pool& pool, size_t size) {
   return b;
 }
 
-// Returns every wholly free segment (optionally only of one pool) to the backend.
+bool is_private(const Impl& s, StreamId stream) {
+  return std::find(s.private_streams.begin(), s.private_streams.end(), stream) != s.private_streams.end();
+}
+
+// Returns every wholly free segment to the backend, except those of private streams.
 size_t release_cached_segments(Impl& s) {
   size_t released = 0;
   for (auto it = s.segments.begin(); it != s.segments.end();) {
     Segment* seg = it->second.get();
     Block* head = seg->head;
-    if (head->next == nullptr && head->in_free_set) {
+    if (head->next == nullptr && head->in_free_set && !is_private(s, seg->stream)) {
       erase_free(s, head);
       s.backend->raw_free(reinterpret_cast<void*>(seg->base));
       ++s.stats.num_device_free;
@@ -546,6 +550,20 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   if (stream == b->stream) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
+}
+
+void CachingAllocator::set_stream_private(StreamId stream, bool on) {
+  Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = std::find(s.private_streams.begin(), s.private_streams.end(), stream);
+  if (on && it == s.private_streams.end()) s.private_streams.push_back(stream);
+  if (!on && it != s.private_streams.end()) s.private_streams.erase(it);
+}
+
+bool CachingAllocator::stream_private(StreamId stream) const {
+  const Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return is_private(s, stream);
 }
 
 void CachingAllocator::empty_cache() {

@@ -20,8 +20,9 @@
 //     record_stream(p, s) marks p as used on stream s; free(p) then records an event on
 //     each such stream and the block returns to its pool only when all have completed
 //     (checked at the start of every allocate);
-//   - out of memory: complete outstanding events, free every cached unused segment, retry
-//     once; then throw OutOfMemoryError (and write the trace when tracing is on).
+//   - out of memory: complete outstanding events, free every cached unused segment (but
+//     those of private streams, see set_stream_private), retry once; then throw
+//     OutOfMemoryError (and write the trace when tracing is on).
 // Statistics are exact at every moment (under the mutex). Thread-safe: one mutex.
 #pragma once
 #include <cstddef>
@@ -148,8 +149,17 @@ class CachingAllocator {
   void free(void* ptr);
   // Marks `ptr` (a live allocation) as used by work on `stream`; see the rules above.
   void record_stream(void* ptr, StreamId stream);
-  // Synchronizes outstanding stream events, then returns every wholly free segment.
+  // Synchronizes outstanding stream events, then returns every wholly free segment (not
+  // those of private streams).
   void empty_cache();
+  // A private stream's pools are a graph-private pool (PyTorch's graph pools): work captured
+  // into a CUDA graph on that stream allocates from them, and replays of the graph write the
+  // same addresses, so while the stream is private its segments are never returned to the
+  // backend (neither by empty_cache nor by the out-of-memory retry) and, the pools being per
+  // stream, its free blocks serve only that stream. Blocks freed during the capture count as
+  // free (reserved, not allocated) in the statistics.
+  void set_stream_private(StreamId stream, bool on);
+  bool stream_private(StreamId stream) const;
 
   // Exact statistics.
   Stats stats() const;

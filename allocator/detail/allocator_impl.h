@@ -240,6 +240,7 @@ struct CachingAllocator::Impl {
   std::unordered_map<StreamId, std::unique_ptr<StreamPools>> stream_pools;
   StreamId last_stream = ~StreamId(0);
   StreamPools* last_pools = nullptr;
+  std::vector<StreamId> private_streams;  // set_stream_private: segments never released
 
   BlockMap allocated;                                      // live allocations
   std::map<uintptr_t, std::unique_ptr<Segment>> segments;  // by base address

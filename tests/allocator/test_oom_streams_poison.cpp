@@ -1,5 +1,6 @@
-// Out-of-memory retry, cross-stream reuse through events, and poison mode, on a fake
-// backend whose capacity is limited and whose stream events the test completes by hand.
+// Out-of-memory retry, cross-stream reuse through events, private (graph) streams and poison
+// mode, on a fake backend whose capacity is limited and whose stream events the test
+// completes by hand.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -163,6 +164,36 @@ TEST_CASE("OOM retry waits for stream events and reuses the released block", "[a
   CHECK(st.num_device_alloc == 1);
   CHECK(st.num_ooms == 0);
   a.free(q);
+}
+
+TEST_CASE("a private stream's segments stay reserved through empty_cache and the OOM retry", "[allocator]") {
+  auto fa = make_fake_allocator(48 * MiB);
+  CachingAllocator& a = *fa;
+  const StreamId graph = 5;
+  // What a capture leaves: a live block and a freed one on the graph's stream.
+  void* kept = a.allocate(5 * MiB, graph);
+  void* freed = a.allocate(16 * MiB, graph);
+  a.free(freed);
+  a.set_stream_private(graph, true);
+  CHECK(a.stream_private(graph));
+  CHECK_FALSE(a.stream_private(0));
+  const int64_t reserved = a.stats().reserved_bytes.current;
+  REQUIRE(reserved == int64_t(36 * MiB));
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes.current == reserved);
+  // Another stream's request that needs the private segments' room fails instead of taking it.
+  CHECK_THROWS_AS(a.allocate(20 * MiB, 0), OutOfMemoryError);
+  CHECK(a.stats().reserved_bytes.current == reserved);
+  // The freed block serves its own stream again, at the same address.
+  void* again = a.allocate(16 * MiB, graph);
+  CHECK(again == freed);
+  a.free(again);
+  // Released once the stream is no longer private.
+  a.free(kept);
+  a.set_stream_private(graph, false);
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes.current == 0);
+  check_invariants(a);
 }
 
 TEST_CASE("poison mode fills every block handed out with 0xFF (NaN in f32/bf16/f16)", "[allocator]") {
