@@ -27,6 +27,9 @@ struct CrossEntropyParams {
   DType target_dtype = DType::i64;
   int64_t ignore_index = -100;
   double inv_count = 1.0;
+  // [1] f64 in the logits' memory: the scale read there instead of inv_count (a step replayed
+  // from a CUDA graph gets each step's scale this way); null: inv_count.
+  const double* inv_count_at = nullptr;
   bool write_grad = false;
   void* row_loss = nullptr;    // [n] contiguous, the logits' compute type (f32 for bf16)
   int32_t* correct = nullptr;  // [n] contiguous, optional

@@ -158,6 +158,8 @@ void set_stage_hook(StageHook hook, void* context) {
   a.hook.store(h, std::memory_order_release);
 }
 
+bool stage_hook_installed() { return atlas().hook.load(std::memory_order_acquire) != nullptr; }
+
 void set_stage_listener(StageListener listener) {
   if (!listener) {
     set_stage_hook(nullptr, nullptr);

@@ -84,6 +84,9 @@ void set_stage_hook(StageHook hook, void* context);
 // std::function call per boundary).
 using StageListener = std::function<void(const std::string& stage, bool entering)>;
 void set_stage_listener(StageListener listener);
+// Whether a hook is installed now (a timed step is under way: its stages must be enqueued
+// as they run, not replayed from a CUDA graph).
+bool stage_hook_installed();
 // False when built with LINTRAIN_STAGE_TIMERS=OFF: hooks are never called.
 constexpr bool stage_hooks_compiled() { return LINTRAIN_STAGE_TIMERS != 0; }
 

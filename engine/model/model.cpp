@@ -266,7 +266,8 @@ void Model::refresh_shadow() {
 }
 
 void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                             const GradsReadyHook* on_ready, const mixers::Segments* segments) {
+                             const GradsReadyHook* on_ready, const mixers::Segments* segments,
+                             const Tensor& inv_count_at) {
   Impl& m = *impl_;
   // The parameters whose gradients the backward has just finished, handed to on_ready.
   auto ready = [&](std::initializer_list<std::string> prefixes_or_names) {
@@ -290,6 +291,7 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
     StageScope s("loss");
     nn::LmHeadLossArgs args;
     args.inv_count = inv_count;
+    args.inv_count_at = inv_count_at;
     nn::lm_head_cross_entropy_backward(y.view({N, d}), m.head_w, targets.reshape({N}), args, loss_accum, dy, m.head_g);
   }
   y = Tensor();

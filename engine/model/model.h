@@ -79,8 +79,11 @@ class Model {
   // all-reduce from it, on the micro-batch that completes the step's gradients).
   // segments (optional): the batch's packed documents (engine/mixers/segments.h); the state
   // of every mixer and token shift restarts at each document start.
+  // inv_count_at (optional, [] f64 on the model's device): the scale read on the device
+  // instead of inv_count, so a CUDA graph of the step takes each step's count.
   void forward_backward(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,
-                        const GradsReadyHook* on_ready = nullptr, const mixers::Segments* segments = nullptr);
+                        const GradsReadyHook* on_ready = nullptr, const mixers::Segments* segments = nullptr,
+                        const Tensor& inv_count_at = Tensor());
   // Evaluation: loss_accum += sum of token losses * inv_count; correct ([B*T] i32, may be
   // undefined) gets 1 where the argmax prediction equals the target, 0 where not, -1 ignored.
   void evaluate(const Tensor& tokens, const Tensor& targets, double inv_count, Tensor& loss_accum,

@@ -64,6 +64,11 @@ void check_loss_inputs(const Tensor& x, const Tensor& targets, const LmHeadLossA
   if (loss_accum.dim() != 0 || (loss_accum.dtype() != DType::f32 && loss_accum.dtype() != DType::f64))
     throw std::invalid_argument(std::string(op) + ": loss_accum must be an f32 (or f64) scalar of shape [], got " +
                                 shape_str(loss_accum.shape()) + " " + dtype_name(loss_accum.dtype()));
+  const Tensor& at = args.inv_count_at;
+  if (at.defined() && (at.dim() != 0 || at.dtype() != DType::f64 || at.device() != x.device()))
+    throw std::invalid_argument(std::string(op) +
+                                ": inv_count_at must be an f64 scalar of shape [] on x's device, got " +
+                                shape_str(at.shape()) + " " + dtype_name(at.dtype()) + " " + at.device().str());
   if (args.chunk_tokens < 1)
     throw std::invalid_argument(std::string(op) + ": chunk_tokens " + std::to_string(args.chunk_tokens) +
                                 " must be >= 1");
@@ -83,6 +88,7 @@ void run_rows(const Tensor& logits, const Tensor& targets, const LmHeadLossArgs&
   p.target_dtype = targets.dtype();
   p.ignore_index = args.ignore_index;
   p.inv_count = args.inv_count;
+  p.inv_count_at = args.inv_count_at.defined() ? args.inv_count_at.data<double>() : nullptr;
   p.write_grad = write_grad;
   p.row_loss = row_loss.data_ptr();
   p.correct = correct;
@@ -90,9 +96,11 @@ void run_rows(const Tensor& logits, const Tensor& targets, const LmHeadLossArgs&
   ex.k.cross_entropy(logits.dtype(), p, ex.stream);
 }
 
-// loss_accum += inv_count * sum(row_loss), on the device.
-void accumulate_loss(const Tensor& row_loss, double inv_count, Tensor& loss_accum) {
-  Tensor total = ops::mul_scalar(ops::sum(row_loss, 0), inv_count);
+// loss_accum += inv_count * sum(row_loss), on the device (the scale from inv_count_at when set).
+void accumulate_loss(const Tensor& row_loss, const LmHeadLossArgs& args, Tensor& loss_accum) {
+  const Tensor sum = ops::sum(row_loss, 0);
+  Tensor total =
+      args.inv_count_at.defined() ? sum * args.inv_count_at.to(sum.dtype()) : ops::mul_scalar(sum, args.inv_count);
   if (total.dtype() != loss_accum.dtype()) total = total.to(loss_accum.dtype());
   ops::add_(loss_accum, total);
 }
@@ -131,7 +139,7 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
     ops::matmul_out(dxc, dlogits, W);                         // [n, V] x [V, d]
     ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
   }
-  accumulate_loss(row_loss, args.inv_count, loss_accum);
+  accumulate_loss(row_loss, args, loss_accum);
 }
 
 void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
@@ -157,7 +165,7 @@ void lm_head_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tenso
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, correct.defined() ? correct.data<int32_t>() + c0 : nullptr,
              false);
   }
-  accumulate_loss(row_loss, args.inv_count, loss_accum);
+  accumulate_loss(row_loss, args, loss_accum);
 }
 
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {

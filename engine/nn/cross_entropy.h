@@ -27,6 +27,9 @@ namespace lt::nn {
 struct LmHeadLossArgs {
   int64_t ignore_index = -100;
   double inv_count = 1.0;
+  // Optional: a [] f64 tensor on x's device holding the scale, read on the device instead of
+  // inv_count (a CUDA graph replays the step with each step's scale).
+  Tensor inv_count_at;
   int64_t chunk_tokens = 4096;  // rows of logits materialised at once
 };
 

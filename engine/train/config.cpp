@@ -290,6 +290,9 @@ const std::vector<SchemaEntry>& config_schema() {
       number("train.spike_zscore", 0.0, 0.0, 1e6,
              "skip the update when the loss is this many standard deviations above the recent mean; 0: off"),
       integer("train.spike_window", 100, 2, 1e6, "steps in the loss-spike window"),
+      boolean("train.cuda_graph", true,
+              "CUDA: capture the step (forward, backward, gradient norm) once as a CUDA graph and replay it, "
+              "bit-identical to eager steps; timed, packed-document and data-parallel steps run eagerly"),
       // data parallel (trainer --nproc N, or a launcher's RANK / WORLD_SIZE)
       number("dist.bucket_mb", 25.0, 0.001, 65536.0, "gradient bucket size (MiB) of the data-parallel reduction"),
       string("dist.reduce_dtype", "fp32", {"fp32", "bf16"}, "dtype the gradients are reduced in across ranks"),
@@ -497,6 +500,7 @@ RunConfig config_resolve(const ojson& user, bool check_files) {
   t.sample_tokens = get<int64_t>(eff, "train.sample_tokens");
   t.max_consecutive_skips = get<int64_t>(eff, "train.max_consecutive_skips");
   t.spike_zscore = get<double>(eff, "train.spike_zscore");
+  t.cuda_graph = get<bool>(eff, "train.cuda_graph");
   t.spike_window = get<int64_t>(eff, "train.spike_window");
   DistConfig& dc = rc.dist;
   dc.bucket_bytes = static_cast<int64_t>(get<double>(eff, "dist.bucket_mb") * 1048576.0);

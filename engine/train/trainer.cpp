@@ -245,9 +245,11 @@ RunResult Trainer::run() {
   loss_accum_ = step_scalars_.narrow(0, 0, 1).view({});
   stop_flag_ = step_scalars_.narrow(0, 1, 1);
   skipped_dev_ = Tensor::zeros({}, DType::i32, dev_);
+  inv_count_dev_ = Tensor::zeros({}, DType::f64, dev_);
   report_dev_ = Tensor::zeros({3}, DType::f64, dev_);
   readback_ = std::make_unique<HostStaging>(dev_, kStopOffset + sizeof(double), 4);
   first_step_ = state_.step;
+  if (tc_.cuda_graph && dev_.is_cuda() && !sync_) graph_ = std::make_unique<StepGraph>(dev_);
 
   spdlog::info("training {} ({} parameters) on {}: {} steps of {} tokens, mixer chunk {}{}, out {}",
                model::arch_name(rc_.model.arch), model_->num_params(), dev_.str(), tc_.steps, tokens_per_step_,
@@ -342,40 +344,46 @@ void Trainer::enqueue_step() {
     }
     if (dump_) dump_->add_batches(this_step, batches);
   }
+  std::vector<data::DeviceBatch> uploaded(batches.size());
+  std::vector<std::optional<mixers::Segments>> segments(batches.size());  // packed documents
+  bool packed = false;
   {
-    StageScope stage("zero_grad");
-    model_->zero_grad();
-    step_scalars_.zero_();
-  }
-  if (sync_) sync_->begin_step(/*timed=*/dev_.is_cuda());
-  {
-    const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
+    StageScope stage("data/upload");
     for (size_t i = 0; i < batches.size(); ++i) {
-      data::DeviceBatch d;
-      std::optional<mixers::Segments> seg;  // packed documents (data.reset_state_at_eot)
-      {
-        StageScope stage("data/upload");
-        seg = batch_segments(batches[i], rc_.data, dev_);
-        d = data::upload(batches[i], dev_);
-      }
-      // The last micro-batch completes the gradients: its backward starts their reduction.
-      const bool last = i + 1 == batches.size();
-      model_->forward_backward(d.tokens, d.targets, inv_count, loss_accum_, sync_ && last ? &sync_->hook() : nullptr,
-                               seg ? &*seg : nullptr);
+      segments[i] = batch_segments(batches[i], rc_.data, dev_);
+      uploaded[i] = data::upload(batches[i], dev_);
+      packed = packed || segments[i].has_value();
     }
   }
-  if (sync_) {
-    StageScope stage("dist/sync");
-    if (g_stop_signal != 0) stop_flag_.fill_(1.0);
-    sync_->finish(step_scalars_);
-  }
-  if (std::binary_search(inject_.begin(), inject_.end(), this_step))
-    loss_accum_.fill_(std::numeric_limits<double>::quiet_NaN());
+  // The loss scale, read on the device (by eager and replayed steps alike).
+  const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
+  inv_count_dev_.fill_(inv_count);
   Tensor norm;
-  {
+  if (graph_ && !packed && !stage_hook_installed() && graph_->use_now()) norm = graph_step(uploaded);
+  if (!norm.defined()) {
+    {
+      StageScope stage("zero_grad");
+      model_->zero_grad();
+      step_scalars_.zero_();
+    }
+    if (sync_) sync_->begin_step(/*timed=*/dev_.is_cuda());
+    for (size_t i = 0; i < batches.size(); ++i) {
+      // The last micro-batch completes the gradients: its backward starts their reduction.
+      const bool last = i + 1 == batches.size();
+      model_->forward_backward(uploaded[i].tokens, uploaded[i].targets, inv_count, loss_accum_,
+                               sync_ && last ? &sync_->hook() : nullptr, segments[i] ? &*segments[i] : nullptr,
+                               inv_count_dev_);
+    }
+    if (sync_) {
+      StageScope stage("dist/sync");
+      if (g_stop_signal != 0) stop_flag_.fill_(1.0);
+      sync_->finish(step_scalars_);
+    }
     StageScope stage("optim/clip");
     norm = sync_ ? sync_->grad_norm() : optim::grad_norm(model_->arenas().grads);
   }
+  if (std::binary_search(inject_.begin(), inject_.end(), this_step))
+    loss_accum_.fill_(std::numeric_limits<double>::quiet_NaN());
   // The previous step's result: the device has this step's forward and backward queued.
   {
     StageScope stage("report");
@@ -405,6 +413,44 @@ void Trainer::enqueue_step() {
   st.ms = ms_since(t0);
   if (options_.listener) options_.listener->after_step(st);
   in_flight_ = std::move(f);
+}
+
+// The step from the CUDA graph (engine/train/step_graph.h): the inputs copied into the
+// graph's buffers, then its replay (captured first when this is the first such step). Returns
+// the gradient norm; undefined when the capture failed (the step then runs eagerly, and so
+// does the rest of the run).
+Tensor Trainer::graph_step(const std::vector<data::DeviceBatch>& uploaded) {
+  {
+    StageScope stage("data/upload");
+    graph_->stage_inputs(uploaded);
+  }
+  if (!graph_->captured()) {
+    try {
+      graph_->capture([&] {
+        {
+          StageScope stage("zero_grad");
+          model_->zero_grad();
+          step_scalars_.zero_();
+        }
+        for (const data::DeviceBatch& d : graph_->inputs())
+          model_->forward_backward(d.tokens, d.targets, 0.0, loss_accum_, nullptr, nullptr, inv_count_dev_);
+        StageScope stage("optim/clip");
+        return optim::grad_norm(model_->arenas().grads);
+      });
+    } catch (const std::exception& e) {
+      spdlog::warn("train.cuda_graph: the step could not be captured as a CUDA graph ({}); the run goes on without one",
+                   e.what());
+      graph_.reset();
+      return Tensor();
+    }
+    spdlog::info("train.cuda_graph: step {} captured ({} kernel launches, {} graph nodes); replayed from now on",
+                 state_.step + 1, graph_->launches(), graph_->nodes());
+  } else {
+    // The replay's launches, in the atlas (the capture counted its own against their stages).
+    StageScope stage("step_graph");
+    count_launch(graph_->launches());
+  }
+  return graph_->replay(current_stream(dev_));
 }
 
 void Trainer::retire() {

@@ -18,6 +18,7 @@
 #include "engine/staging.h"
 #include "engine/train/loop.h"
 #include "engine/train/resume.h"
+#include "engine/train/step_graph.h"
 #include "engine/train/trajectory.h"
 
 namespace lt::train {
@@ -38,7 +39,8 @@ class Trainer {
   void check_output_folder();  // writable; leftovers of interrupted checkpoints removed
   void set_up_state();         // weights, sync, resume, metrics.jsonl, rank agreement
   std::string save_checkpoint();
-  void enqueue_step();    // one step's work, its result left in flight
+  void enqueue_step();  // one step's work, its result left in flight
+  Tensor graph_step(const std::vector<data::DeviceBatch>& uploaded);
   void retire();          // the in-flight step's result: counters, window, report
   bool stop_for_skips();  // after a retire: too many skips in a row end the run
   void report(const StepStats& st);
@@ -82,10 +84,12 @@ class Trainer {
   // Device scalars of the step and the staging of its result.
   Tensor step_scalars_;  // [2] loss (over the micro-batches), stop request; the params' dtype
   Tensor loss_accum_, stop_flag_;
-  Tensor skipped_dev_;  // i32 {}
-  Tensor report_dev_;   // [3] f64: loss, grad norm, skip code of the step
+  Tensor skipped_dev_;    // i32 {}
+  Tensor inv_count_dev_;  // f64 {}: the step's loss scale, 1 / (scored targets of the step)
+  Tensor report_dev_;     // [3] f64: loss, grad norm, skip code of the step
   std::unique_ptr<HostStaging> readback_;
   std::unique_ptr<InFlight> in_flight_;
+  std::unique_ptr<StepGraph> graph_;  // train.cuda_graph (null: every step eager)
 };
 
 }  // namespace lt::train

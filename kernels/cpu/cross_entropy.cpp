@@ -30,7 +30,7 @@ void rows(const CrossEntropyParams& p) {
   }
   using A = compute_t<T>;  // f32 for bf16 logits
   A* loss = static_cast<A*>(p.row_loss);
-  const A scale = static_cast<A>(p.inv_count);
+  const A scale = static_cast<A>(p.inv_count_at ? *p.inv_count_at : p.inv_count);
   for (int64_t r = 0; r < p.n; ++r) {
     T* z = static_cast<T*>(p.logits) + r * p.ld;
     const int64_t t = target_at<I>(p, r);

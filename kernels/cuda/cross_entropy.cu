@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
   constexpr int P = Aligned ? kVec<T> : 1;  // elements per thread per step
   __shared__ RowStats<A> stats_shared[kWarps];
   const int tid = static_cast<int>(threadIdx.x);
-  const A scale = static_cast<A>(p.inv_count);
+  const A scale = static_cast<A>(p.inv_count_at ? *p.inv_count_at : p.inv_count);
   const A nan = static_cast<A>(NAN);
   for (int64_t r = blockIdx.x; r < p.n; r += gridDim.x) {
     T* z = static_cast<T*>(p.logits) + r * p.ld;

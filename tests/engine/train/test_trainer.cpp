@@ -156,12 +156,13 @@ TEST_CASE("trainer: --print-config prints the effective config and writes nothin
   CHECK(j["train"]["lr"] == 0.25);
   CHECK(j["train"]["steps"] == 9);
   CHECK(j["train"]["spike_window"] == 100);  // a default filled in
+  CHECK(j["train"]["cuda_graph"] == true);
   CHECK(j["model"]["hidden_size"] == 32);
   CHECK_FALSE(fs::exists(out));
   auto h = run_trainer({"--help"}, tmp.path.string(), "help");
   CHECK(h.rc == 0);
-  CHECK_THAT(h.out,
-             Catch::Contains("--resume") && Catch::Contains("Examples") && Catch::Contains("train.max_grad_norm"));
+  CHECK_THAT(h.out, Catch::Contains("--resume") && Catch::Contains("Examples") &&
+                        Catch::Contains("train.max_grad_norm") && Catch::Contains("train.cuda_graph"));
 }
 
 TEST_CASE("trainer: configs/quick.json trains: the loss falls from ~ln 32 to below 3.0 in 30 steps",
