@@ -10,21 +10,18 @@
 
 namespace lt::mixers {
 
-SegmentLayout build_segment_layout(const std::vector<uint8_t>& starts, int64_t B, int64_t T, int C, int gap,
-                                   Device device) {
+SegmentLayout build_segment_layout(const std::vector<uint8_t>& starts, int64_t B, int64_t T, int C, Device device) {
   if (B < 0 || T < 0 || static_cast<int64_t>(starts.size()) != B * T)
     throw std::invalid_argument("segment layout: starts must hold B * T = " + std::to_string(B * T) + " flags, got " +
                                 std::to_string(starts.size()));
-  if (C < 1 || gap < 0)
-    throw std::invalid_argument("segment layout: chunk " + std::to_string(C) + " must be >= 1 and gap " +
-                                std::to_string(gap) + " >= 0");
+  if (C < 1) throw std::invalid_argument("segment layout: chunk " + std::to_string(C) + " must be >= 1");
   SegmentLayout L;
-  L.B = B, L.T = T, L.C = C, L.gap = gap;
+  L.B = B, L.T = T, L.C = C;
   std::vector<int64_t> pos(static_cast<size_t>(B * T));
   for (int64_t b = 0; b < B; ++b) {
     int64_t p = 0;
     for (int64_t t = 0; t < T; ++t) {
-      if (t > 0 && starts[b * T + t]) p = (p + gap + C - 1) / C * C;
+      if (t > 0 && starts[b * T + t]) p = (p + C - 1) / C * C;
       pos[b * T + t] = p++;
     }
     L.Tp = std::max(L.Tp, p);
@@ -102,10 +99,9 @@ const Tensor& Segments::positions() const {
   return positions_;
 }
 
-const SegmentLayout& Segments::layout(int C, int gap) const {
-  auto key = std::make_pair(C, gap);
-  auto it = layouts_.find(key);
-  if (it == layouts_.end()) it = layouts_.emplace(key, build_segment_layout(starts_, B_, T_, C, gap, device_)).first;
+const SegmentLayout& Segments::layout(int C) const {
+  auto it = layouts_.find(C);
+  if (it == layouts_.end()) it = layouts_.emplace(C, build_segment_layout(starts_, B_, T_, C, device_)).first;
   return it->second;
 }
 

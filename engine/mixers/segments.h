@@ -7,19 +7,18 @@
 //          kda::kSegmentStartGate at the document's first token (kernels/kda.h); no layout.
 //   RWKV6  on chunk boundaries only (FusedArgs::chunk_reset in kernels/rwkv6.h: its bonus
 //          term reads the state before a token, which no gate reaches), so the block lays the
-//          batch out for it (SegmentLayout): every segment moved to start on a chunk boundary
-//          (after at least `gap` padding rows), padding rows zero in r, k, v and the log decay,
+//          batch out for it (SegmentLayout): every segment moved to start on a chunk boundary,
+//          padding rows zero in r, k, v and the log decay,
 //          so that they change nothing. ops::gather_rows moves a tensor into the layout
 //          (to_padded) and back (from_padded; the map is one to one, so gradients go back by a
 //          gather too).
 //
 // Layout of row b: p = 0; for each token t: if a segment starts at t > 0, p = the first
-// multiple of C at or after p + gap; token t goes to padded row p; p += 1. Tp = the longest
-// row's p. Padding costs about C / 2 + gap rows a document (figures: docs/notes-rwkv6.md).
+// multiple of C at or after p; token t goes to padded row p; p += 1. Tp = the longest row's p.
+// Padding costs about C / 2 rows a document (figures: docs/notes-rwkv6.md).
 #pragma once
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <vector>
 
 #include "engine/device.h"
@@ -30,7 +29,7 @@ namespace lt::mixers {
 struct SegmentLayout {
   int64_t B = 0, T = 0;  // the batch's rows and tokens a row
   int64_t Tp = 0;        // rows a row in the padded layout (the longest padded row)
-  int C = 0, gap = 0;
+  int C = 0;
   Tensor to_padded;    // [B * Tp] i32: token b * T + t of padded row b * Tp + p, -1 for padding
   Tensor from_padded;  // [B * T] i32: padded row b * Tp + p of token b * T + t
   Tensor chunk_reset;  // [B, ceil(Tp / C)] i32: 1 where a chunk starts a segment
@@ -38,9 +37,8 @@ struct SegmentLayout {
 };
 
 // The layout on `device` for starts [B * T] (1 where a segment starts at token t of row b; a
-// start at t = 0 marks chunk 0 and drops an initial state), chunk C >= 1 and gap >= 0.
-SegmentLayout build_segment_layout(const std::vector<uint8_t>& starts, int64_t B, int64_t T, int C, int gap,
-                                   Device device);
+// start at t = 0 marks chunk 0 and drops an initial state) and chunk C >= 1.
+SegmentLayout build_segment_layout(const std::vector<uint8_t>& starts, int64_t B, int64_t T, int C, Device device);
 
 // x [B, T, ...] into the layout: [B, Tp, ...], `fill` on padding rows.
 Tensor to_layout(const Tensor& x, const SegmentLayout& layout, double fill);
@@ -48,7 +46,7 @@ Tensor to_layout(const Tensor& x, const SegmentLayout& layout, double fill);
 Tensor from_layout(const Tensor& x, const SegmentLayout& layout);
 
 // The documents of one batch: where they start, and the layouts built from that (once per
-// chunk and gap; the blocks of a step share them).
+// chunk; the blocks of a step share them).
 class Segments {
  public:
   // starts: [B * T], 1 where a document starts.
@@ -63,7 +61,7 @@ class Segments {
   // [B * T] i32 on the device: each token's position in its document (0 at a start; t where no
   // start precedes it in the row): the short convolutions' and token shifts' restarts.
   const Tensor& positions() const;
-  const SegmentLayout& layout(int C, int gap) const;
+  const SegmentLayout& layout(int C) const;
 
  private:
   std::vector<uint8_t> starts_;
@@ -71,7 +69,7 @@ class Segments {
   Device device_;
   bool any_ = false;
   mutable Tensor flags_, positions_;
-  mutable std::map<std::pair<int, int>, SegmentLayout> layouts_;
+  mutable std::map<int, SegmentLayout> layouts_;  // by chunk
 };
 
 // ---- what the mixers share (engine/mixers/kda.cpp, rwkv6.cpp) ----------------------------

@@ -189,7 +189,7 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
     mixers::Rwkv6Config mcfg = rwkv6_mixer_config(cfg, x.device());
     if (ctx.segments != nullptr && ctx.segments->any()) {
       s->positions = ctx.segments->positions();
-      s->layout = &ctx.segments->layout(mcfg.chunk, 0);
+      s->layout = &ctx.segments->layout(mcfg.chunk);
     }
     {
       StageScope proj("proj");

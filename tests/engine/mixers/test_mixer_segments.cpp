@@ -23,24 +23,24 @@ using namespace lt;
 using lt::test::random_resets;
 using lt::test::random_starts;
 
-TEST_CASE("segment layout: documents start on chunk boundaries after the gap, and the gathers invert", "[segments]") {
-  // Row 0: documents at t = 0, 5, 6 (one token), 9; row 1: one document. T = 12, C = 4, gap 3.
+TEST_CASE("segment layout: documents start on chunk boundaries, and the gathers invert", "[segments]") {
+  // Row 0: documents at t = 0, 5, 6 (one token), 9; row 1: one document. T = 12, C = 4.
   const int64_t B = 2, T = 12;
   std::vector<uint8_t> starts(B * T, 0);
   starts[0] = starts[5] = starts[6] = starts[9] = 1;
-  const mixers::SegmentLayout L = mixers::build_segment_layout(starts, B, T, 4, 3, Device::cpu());
-  // Row 0: tokens 0-4 at 0-4; p = 5 -> round_up(8) = 8: token 5 at 8; token 6 at round_up(12) =
-  // 12; tokens 7, 8 at 13, 14; token 9 at round_up(18) = 20; tokens 10, 11 at 21, 22.
+  const mixers::SegmentLayout L = mixers::build_segment_layout(starts, B, T, 4, Device::cpu());
+  // Row 0: tokens 0-4 at 0-4; p = 5 -> round_up(5) = 8: token 5 at 8; token 6 at round_up(9) =
+  // 12; tokens 7, 8 at 13, 14; token 9 at round_up(15) = 16; tokens 10, 11 at 17, 18.
   const std::vector<double> from = L.from_padded.to_vector();
-  const std::vector<double> want0 = {0, 1, 2, 3, 4, 8, 12, 13, 14, 20, 21, 22};
-  CHECK(L.Tp == 23);
+  const std::vector<double> want0 = {0, 1, 2, 3, 4, 8, 12, 13, 14, 16, 17, 18};
+  CHECK(L.Tp == 19);
   for (int64_t t = 0; t < T; ++t) {
     CHECK(from[t] == want0[t]);
     CHECK(from[T + t] == static_cast<double>(L.Tp + t));  // row 1 unmoved
   }
-  const std::vector<double> reset = L.chunk_reset.to_vector();  // [2, 6]
-  REQUIRE(L.chunk_reset.shape() == Shape{2, 6});
-  const std::vector<double> want_reset = {1, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0};
+  const std::vector<double> reset = L.chunk_reset.to_vector();  // [2, 5]
+  REQUIRE(L.chunk_reset.shape() == Shape{2, 5});
+  const std::vector<double> want_reset = {1, 0, 1, 1, 1, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < want_reset.size(); ++i) CHECK(reset[i] == want_reset[i]);
   CHECK(L.padding_rows() == B * L.Tp - B * T);
   // x -> padded (fill 7 on padding) -> back is the identity; padding rows hold the fill.
@@ -59,7 +59,7 @@ TEST_CASE("segment layout: documents start on chunk boundaries after the gap, an
   // bf16 rows and a bad start vector
   Tensor xb = x.to(DType::bf16);
   CHECK(ops::max_abs_diff(ops::gather_rows(ops::gather_rows(xb, L.to_padded), L.from_padded), xb) == 0.0);
-  CHECK_THROWS_WITH(mixers::build_segment_layout(std::vector<uint8_t>(5, 0), 2, 3, 4, 0, Device::cpu()),
+  CHECK_THROWS_WITH(mixers::build_segment_layout(std::vector<uint8_t>(5, 0), 2, 3, 4, Device::cpu()),
                     Catch::Contains("B * T = 6"));
   // Segments: any() only for a start past t = 0
   CHECK_FALSE(mixers::Segments(std::vector<uint8_t>{1, 0, 0, 1, 0, 0}, 2, 3, Device::cpu()).any());
