@@ -42,11 +42,11 @@ TEST_CASE("trainer cuda: steps replayed from the CUDA graph equal eager steps bi
       DYNAMIC_SECTION(arch << " grad_accum " << accum) {
         auto run = [&](const std::string& tag, bool graph, const std::string& timers) {
           const std::string out = tmp / tag;
-          auto r = run_trainer({"--config", tmp / "cfg.json", "--out", out, "--resume", "none", "--set",
-                                std::string("model.arch=") + arch, "--set", std::string("train.grad_accum=") + accum,
-                                "--set", std::string("train.cuda_graph=") + (graph ? "true" : "false"), "--timers",
-                                timers},
-                               tmp.path.string(), tag);
+          auto r =
+              run_trainer({"--config", tmp / "cfg.json", "--out", out, "--resume", "none", "--set",
+                           std::string("model.arch=") + arch, "--set", std::string("train.grad_accum=") + accum,
+                           "--set", std::string("train.cuda_graph=") + (graph ? "true" : "false"), "--timers", timers},
+                          tmp.path.string(), tag);
           INFO(r.err);
           REQUIRE(r.rc == 0);
           return r;
