@@ -1,4 +1,4 @@
-// dist::GradSync on the CPU with threads as ranks (make_thread_group): N ranks on B/N rows each
+// dist::GradSync on the CPU with threads as ranks (make_thread_group): N ranks (2, 3, 8) on B/N rows each
 // give the one-rank gradients and updates of all B rows (plain, ZeRO-1, bf16 reduction, with and
 // without overlap); the buckets tile the arena, each is reduced once per step, during the
 // backward stage that finishes it when overlapping and in finish() otherwise; ZeRO-1 keeps
@@ -65,9 +65,9 @@ class RecordingComm : public dist::Communicator {
 
 struct Setup {
   lt::model::ModelConfig cfg = lt::test::small_model_config(lt::model::Arch::kda);
-  int64_t B = 6, T = 24;
-  Tensor tokens = lt::test::random_ids(6, 24, 64, 101);
-  Tensor targets = lt::test::random_ids(6, 24, 64, 202, 5);
+  int64_t B = 24, T = 24;  // rows split evenly over 2, 3 and 8 ranks
+  Tensor tokens = lt::test::random_ids(24, 24, 64, 101);
+  Tensor targets = lt::test::random_ids(24, 24, 64, 202, 5);
   lt::optim::AdamWConfig adamw{0.9, 0.95, 1e-8, 0.1, 0.5};
   int64_t valid() const {
     int64_t n = 0;
@@ -179,7 +179,8 @@ TEST_CASE("GradSync: N ranks x B/N rows equal 1 rank x B rows (plain, overlap, Z
   };
   for (const Case c :
        {Case{2, true, false, false, 1e-5}, Case{3, false, false, false, 1e-5}, Case{2, true, true, false, 1e-5},
-        Case{3, true, true, false, 1e-5}, Case{2, true, false, true, 1e-2}}) {
+        Case{3, true, true, false, 1e-5}, Case{2, true, false, true, 1e-2}, Case{8, true, false, false, 1e-5},
+        Case{8, true, true, false, 1e-5}, Case{8, true, false, true, 1e-2}}) {
     dist::GradSyncConfig gc;
     gc.bucket_bytes = 4096;  // many buckets
     gc.overlap = c.overlap;
