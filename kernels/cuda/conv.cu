@@ -68,6 +68,19 @@ __device__ __forceinline__ void load_taps(const ConvParams& p, int64_t c0, float
     for (int k = 0; k < W; ++k) wk[v][k] = c0 + v < p.C ? w[(c0 + v) * W + k] : 0.0f;
 }
 
+// xs[i] = x[t_first + i] for i < N, zeros outside [0, T); xb points at x[b, 0, c0], rows C apart.
+template <class T, int V, int N>
+__device__ __forceinline__ void load_rows(const T* xb, int64_t t_first, int64_t T_, int64_t C, float (&xs)[N][V]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int64_t ts = t_first + i;
+    if (ts >= 0 && ts < T_) load_pack<T, V>(xb + ts * C, xs[i]);
+    else
+#pragma unroll
+      for (int v = 0; v < V; ++v) xs[i][v] = 0.0f;
+  }
+}
+
 template <class T, int V, int W>
 __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvParams p) {
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kGroupsX + threadIdx.x) * V;
@@ -83,14 +96,7 @@ __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvPa
     T* yb = static_cast<T*>(p.y) + b * T_ * C + c0;
     const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
     float xs[kSub + W - 1][V];                             // xs[i] = x[t0 - W + 1 + i]
-#pragma unroll
-    for (int i = 0; i < kSub + W - 1; ++i) {
-      const int64_t ts = t0 - W + 1 + i;
-      if (ts >= 0 && ts < T_) load_pack<T, V>(xb + ts * C, xs[i]);
-      else
-#pragma unroll
-        for (int v = 0; v < V; ++v) xs[i][v] = 0.0f;
-    }
+    load_rows<T, V, kSub + W - 1>(xb, t0 - W + 1, T_, C, xs);
 #pragma unroll
     for (int i = 0; i < kSub; ++i) {
       const int64_t t = t0 + i;
@@ -135,14 +141,7 @@ __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_backward_tiles(ConvP
       float xs[E + W - 1][V];  // xs[i] = x[t0 - W + 1 + i]
       float da[E][V];          // da[e] = dy[t0 + e] silu'(a[t0 + e]); 0 past the row's end
       int since[E];            // pos[t0 + e]: the taps of a[t0 + e] count up to this lag
-#pragma unroll
-      for (int i = 0; i < E + W - 1; ++i) {
-        const int64_t ts = t0 - W + 1 + i;
-        if (ts >= 0 && ts < T_) load_pack<T, V>(xb + ts * C, xs[i]);
-        else
-#pragma unroll
-          for (int v = 0; v < V; ++v) xs[i][v] = 0.0f;
-      }
+      load_rows<T, V, E + W - 1>(xb, t0 - W + 1, T_, C, xs);
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const int64_t u = t0 + e;
