@@ -359,29 +359,8 @@ void Trainer::enqueue_step() {
   const double inv_count = valid > 0 ? 1.0 / static_cast<double>(valid) : 0.0;
   inv_count_dev_.fill_(inv_count);
   Tensor norm;
-  if (graph_ && !packed && !stage_hook_installed() && graph_->use_now()) norm = graph_step(uploaded);
-  if (!norm.defined()) {
-    {
-      StageScope stage("zero_grad");
-      model_->zero_grad();
-      step_scalars_.zero_();
-    }
-    if (sync_) sync_->begin_step(/*timed=*/dev_.is_cuda());
-    for (size_t i = 0; i < batches.size(); ++i) {
-      // The last micro-batch completes the gradients: its backward starts their reduction.
-      const bool last = i + 1 == batches.size();
-      model_->forward_backward(uploaded[i].tokens, uploaded[i].targets, inv_count, loss_accum_,
-                               sync_ && last ? &sync_->hook() : nullptr, segments[i] ? &*segments[i] : nullptr,
-                               inv_count_dev_);
-    }
-    if (sync_) {
-      StageScope stage("dist/sync");
-      if (g_stop_signal != 0) stop_flag_.fill_(1.0);
-      sync_->finish(step_scalars_);
-    }
-    StageScope stage("optim/clip");
-    norm = sync_ ? sync_->grad_norm() : optim::grad_norm(model_->arenas().grads);
-  }
+  if (graph_ && !packed && !stage_hook_installed() && graph_->use_now()) norm = graph_step(uploaded, inv_count);
+  if (!norm.defined()) norm = step_body(uploaded, segments, inv_count);
   if (std::binary_search(inject_.begin(), inject_.end(), this_step))
     loss_accum_.fill_(std::numeric_limits<double>::quiet_NaN());
   // The previous step's result: the device has this step's forward and backward queued.
@@ -415,28 +394,46 @@ void Trainer::enqueue_step() {
   in_flight_ = std::move(f);
 }
 
+// zero_grad, every micro-batch's forward and backward, the data-parallel reduction, and the
+// gradient norm: the step's part that a CUDA graph captures. segments: one per micro-batch, or
+// empty (no packed documents). The loss scale is read from inv_count_dev_ (inv_count is its
+// host value).
+Tensor Trainer::step_body(const std::vector<data::DeviceBatch>& inputs,
+                          const std::vector<std::optional<mixers::Segments>>& segments, double inv_count) {
+  {
+    StageScope stage("zero_grad");
+    model_->zero_grad();
+    step_scalars_.zero_();
+  }
+  if (sync_) sync_->begin_step(/*timed=*/dev_.is_cuda());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    // The last micro-batch completes the gradients: its backward starts their reduction.
+    const bool last = i + 1 == inputs.size();
+    const mixers::Segments* seg = i < segments.size() && segments[i] ? &*segments[i] : nullptr;
+    model_->forward_backward(inputs[i].tokens, inputs[i].targets, inv_count, loss_accum_,
+                             sync_ && last ? &sync_->hook() : nullptr, seg, inv_count_dev_);
+  }
+  if (sync_) {
+    StageScope stage("dist/sync");
+    if (g_stop_signal != 0) stop_flag_.fill_(1.0);
+    sync_->finish(step_scalars_);
+  }
+  StageScope stage("optim/clip");
+  return sync_ ? sync_->grad_norm() : optim::grad_norm(model_->arenas().grads);
+}
+
 // The step from the CUDA graph (engine/train/step_graph.h): the inputs copied into the
 // graph's buffers, then its replay (captured first when this is the first such step). Returns
 // the gradient norm; undefined when the capture failed (the step then runs eagerly, and so
 // does the rest of the run).
-Tensor Trainer::graph_step(const std::vector<data::DeviceBatch>& uploaded) {
+Tensor Trainer::graph_step(const std::vector<data::DeviceBatch>& uploaded, double inv_count) {
   {
     StageScope stage("data/upload");
     graph_->stage_inputs(uploaded);
   }
   if (!graph_->captured()) {
     try {
-      graph_->capture([&] {
-        {
-          StageScope stage("zero_grad");
-          model_->zero_grad();
-          step_scalars_.zero_();
-        }
-        for (const data::DeviceBatch& d : graph_->inputs())
-          model_->forward_backward(d.tokens, d.targets, 0.0, loss_accum_, nullptr, nullptr, inv_count_dev_);
-        StageScope stage("optim/clip");
-        return optim::grad_norm(model_->arenas().grads);
-      });
+      graph_->capture([&] { return step_body(graph_->inputs(), {}, inv_count); });
     } catch (const std::exception& e) {
       spdlog::warn("train.cuda_graph: the step could not be captured as a CUDA graph ({}); the run goes on without one",
                    e.what());

@@ -40,7 +40,9 @@ class Trainer {
   void set_up_state();         // weights, sync, resume, metrics.jsonl, rank agreement
   std::string save_checkpoint();
   void enqueue_step();  // one step's work, its result left in flight
-  Tensor graph_step(const std::vector<data::DeviceBatch>& uploaded);
+  Tensor graph_step(const std::vector<data::DeviceBatch>& uploaded, double inv_count);
+  Tensor step_body(const std::vector<data::DeviceBatch>& inputs,
+                   const std::vector<std::optional<mixers::Segments>>& segments, double inv_count);
   void retire();          // the in-flight step's result: counters, window, report
   bool stop_for_skips();  // after a retire: too many skips in a row end the run
   void report(const StepStats& st);
