@@ -5,6 +5,9 @@
 // replays. Runs only with a GPU (the cuda test main exits 77 otherwise).
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/io/safetensors.h"
 #include "tests/engine/train/trainer_test_util.h"
 
 namespace fs = std::filesystem;
@@ -66,11 +69,25 @@ TEST_CASE("trainer cuda: steps replayed from the CUDA graph equal eager steps bi
           CHECK(g.loss[i] == e.loss[i]);
           CHECK(g.grad_norm[i] == e.grad_norm[i]);
         }
-        for (const char* file : {"model.safetensors", "state.safetensors"}) {
-          INFO(file);
-          CHECK(lt::traintest::read_text(tmp / (eager_tag + "/step-00000012/" + file)) ==
-                lt::traintest::read_text(tmp / (graph_tag + "/step-00000012/" + file)));
+        const std::string ckpt = "/step-00000012/";
+        CHECK(lt::traintest::read_text(tmp / (eager_tag + ckpt + "model.safetensors")) ==
+              lt::traintest::read_text(tmp / (graph_tag + ckpt + "model.safetensors")));
+        // The state file: the same moments and loop state; its config differs in train.cuda_graph
+        // and the output folder alone.
+        const lt::io::SafetensorsFile se = lt::io::read_safetensors(tmp / (eager_tag + ckpt + "state.safetensors"));
+        const lt::io::SafetensorsFile sg = lt::io::read_safetensors(tmp / (graph_tag + ckpt + "state.safetensors"));
+        CHECK(se.names == sg.names);
+        CHECK(se.data == sg.data);
+        CHECK(se.metadata.at("lintrain_state") == sg.metadata.at("lintrain_state"));
+        nlohmann::json ce = nlohmann::json::parse(se.metadata.at("lintrain_config"));
+        nlohmann::json cg = nlohmann::json::parse(sg.metadata.at("lintrain_config"));
+        CHECK(ce["train"]["cuda_graph"] == false);
+        CHECK(cg["train"]["cuda_graph"] == true);
+        for (nlohmann::json* c : {&ce, &cg}) {
+          (*c)["train"].erase("cuda_graph");
+          c->erase("out");
         }
+        CHECK(ce == cg);
       }
     }
 }
