@@ -6,6 +6,8 @@
 //   sqrelu       y = relu(a)^2              da = dy * 2 relu(a)                 (b unused)
 //   sigmoid_mul  y = s(a) * b               da = dy * b * s(a) (1 - s(a)),      db = dy * s(a)
 //   silu_mul     y = a * silu(b)            da = dy * silu(b),                   db = dy * a * s(b) (1 + b (1 - s(b)))
+//   tanh         y = tanh(a)                da = dy * (1 - a^2)   (a: the forward's OUTPUT y)
+//   neg_exp      y = -exp(a)                da = dy * a           (a: the forward's OUTPUT y)
 //   token_shift  y[r, t, :] = a[r, t-1, :] - a[r, t, :]  (a[r, -1, :] = 0)
 //                da[r, t, :] = dy[r, t+1, :] - dy[r, t, :] (dy[r, T, :] = 0)      (b unused)
 // All operands contiguous, one float dtype (compute in f32, f64 for f64), n elements;
@@ -17,7 +19,7 @@
 
 namespace lt::kern {
 
-enum class ActivationOp : uint8_t { swiglu, sqrelu, sigmoid_mul, silu_mul, token_shift, count };
+enum class ActivationOp : uint8_t { swiglu, sqrelu, sigmoid_mul, silu_mul, tanh, neg_exp, token_shift, count };
 
 struct ActivationParams {
   int64_t n = 0;         // elements of every operand
@@ -42,10 +44,13 @@ struct ActivationMath {
       case ActivationOp::sqrelu: return a > C(0) ? a * a : C(0);
       case ActivationOp::sigmoid_mul: return sigmoid(a) * b;
       case ActivationOp::silu_mul: return a * (b * sigmoid(b));
+      case ActivationOp::tanh: return TanhOp{}(a, C(0), C(0));
+      case ActivationOp::neg_exp: return -ExpOp{}(a, C(0), C(0));
       default: return C(0);
     }
   }
-  // (da, db) = dy * (df/da, df/db)
+  // (da, db) = dy * (df/da, df/db); for tanh and neg_exp, a is the forward's output
+  // (the derivative from the saved output, nothing recomputed).
   static LT_HD void backward(ActivationOp op, C dy, C a, C b, C& da, C& db) {
     switch (op) {
       case ActivationOp::swiglu: {
@@ -70,6 +75,14 @@ struct ActivationMath {
         db = dy * a * s * (C(1) + b * (C(1) - s));
         return;
       }
+      case ActivationOp::tanh:
+        da = dy * (C(1) - a * a);
+        db = C(0);
+        return;
+      case ActivationOp::neg_exp:
+        da = dy * a;
+        db = C(0);
+        return;
       default: da = db = C(0); return;
     }
   }

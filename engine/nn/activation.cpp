@@ -70,6 +70,32 @@ void check_sequence(const Tensor& x, const char* op) {
   if (x.dim() < 2) throw std::invalid_argument(std::string(op) + ": expected [B, T, d], got " + shape_str(x.shape()));
 }
 
+// The one-operand ops: y = f(x) forward; dx = dy f'(.) from `a` (x, or y for the ops whose
+// derivative comes from their output).
+Tensor unary_forward(ActivationOp op, const Tensor& x, const char* name) {
+  check_operands({&x}, name);
+  const Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kern::ActivationParams p;
+  p.a = xc.data_ptr();
+  p.y = y.data_ptr();
+  run(op, p, x);
+  return y;
+}
+
+Tensor unary_backward(ActivationOp op, const Tensor& dy, const Tensor& a, const char* name) {
+  check_operands({&dy, &a}, name);
+  const Tensor dyc = dy.contiguous(), ac = a.contiguous();
+  Tensor dx = Tensor::empty(a.shape(), a.dtype(), a.device());
+  kern::ActivationParams p;
+  p.backward = true;
+  p.dy = dyc.data_ptr();
+  p.a = ac.data_ptr();
+  p.da = dx.data_ptr();
+  run(op, p, a);
+  return dx;
+}
+
 }  // namespace
 
 Tensor swiglu_forward(const Tensor& a, const Tensor& b) {
@@ -96,28 +122,17 @@ SiluMulGrads silu_mul_backward(const Tensor& dy, const Tensor& o, const Tensor& 
   return {d_o, dg};
 }
 
-Tensor sqrelu_forward(const Tensor& x) {
-  check_operands({&x}, "sqrelu_forward");
-  const Tensor xc = x.contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kern::ActivationParams p;
-  p.a = xc.data_ptr();
-  p.y = y.data_ptr();
-  run(ActivationOp::sqrelu, p, x);
-  return y;
-}
-
+Tensor sqrelu_forward(const Tensor& x) { return unary_forward(ActivationOp::sqrelu, x, "sqrelu_forward"); }
 Tensor sqrelu_backward(const Tensor& dy, const Tensor& x) {
-  check_operands({&dy, &x}, "sqrelu_backward");
-  const Tensor dyc = dy.contiguous(), xc = x.contiguous();
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kern::ActivationParams p;
-  p.backward = true;
-  p.dy = dyc.data_ptr();
-  p.a = xc.data_ptr();
-  p.da = dx.data_ptr();
-  run(ActivationOp::sqrelu, p, x);
-  return dx;
+  return unary_backward(ActivationOp::sqrelu, dy, x, "sqrelu_backward");
+}
+Tensor tanh_forward(const Tensor& x) { return unary_forward(ActivationOp::tanh, x, "tanh_forward"); }
+Tensor tanh_backward(const Tensor& dy, const Tensor& y) {
+  return unary_backward(ActivationOp::tanh, dy, y, "tanh_backward");
+}
+Tensor neg_exp_forward(const Tensor& x) { return unary_forward(ActivationOp::neg_exp, x, "neg_exp_forward"); }
+Tensor neg_exp_backward(const Tensor& dy, const Tensor& y) {
+  return unary_backward(ActivationOp::neg_exp, dy, y, "neg_exp_backward");
 }
 
 Tensor token_shift_forward(const Tensor& x) {

@@ -18,6 +18,16 @@ SwigluGrads swiglu_backward(const Tensor& dh, const Tensor& a, const Tensor& b);
 Tensor sqrelu_forward(const Tensor& x);
 Tensor sqrelu_backward(const Tensor& dy, const Tensor& x);
 
+// tanh (RWKV6's LoRA hidden layers): y = tanh(x); the backward takes the forward's output y:
+// dx = dy (1 - y^2).
+Tensor tanh_forward(const Tensor& x);
+Tensor tanh_backward(const Tensor& dy, const Tensor& y);
+
+// Negated exponential (RWKV6's log decay w = -exp(p)): y = -exp(x); the backward takes the
+// forward's output y: dx = dy y.
+Tensor neg_exp_forward(const Tensor& x);
+Tensor neg_exp_backward(const Tensor& dy, const Tensor& y);
+
 // Sigmoid gate (RWKV6 channel-mix output): y = sigmoid(r) * v.
 Tensor sigmoid_mul_forward(const Tensor& r, const Tensor& v);
 struct SigmoidMulGrads {

@@ -96,6 +96,34 @@ TEST_CASE("squared relu: forward and finite-difference backward", "[nn][activati
                       nn::sqrelu_backward(w32.to(DType::f64), x32.to(DType::f64)).to_vector()) < 1e-6);
 }
 
+TEST_CASE("tanh and -exp: forward, and the backward from the forward's output by finite differences",
+          "[nn][activation]") {
+  Tensor x = test::random_tensor({5, 9}, 11, DType::f64);
+  const Tensor w = test::random_tensor({5, 9}, 12, DType::f64);
+  const std::vector<double> xv = x.to_vector();
+  std::vector<double> want_tanh(xv.size()), want_nexp(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    want_tanh[i] = std::tanh(xv[i]);
+    want_nexp[i] = -std::exp(xv[i]);
+  }
+  const Tensor yt = nn::tanh_forward(x), yn = nn::neg_exp_forward(x);
+  CHECK(test::rel_err(yt.to_vector(), want_tanh) < 1e-15);
+  CHECK(test::rel_err(yn.to_vector(), want_nexp) < 1e-15);
+  CHECK(test::gradcheck(x, nn::tanh_backward(w, yt), [&] { return test::weighted_sum(nn::tanh_forward(x), w); }) <
+        1e-8);
+  CHECK(test::gradcheck(x, nn::neg_exp_backward(w, yn), [&] { return test::weighted_sum(nn::neg_exp_forward(x), w); }) <
+        1e-8);
+  // bf16: the ops equal tanh / -exp rounded once (the same as ops::tanh and -ops::exp)
+  const Tensor xb = x.to(DType::bf16);
+  CHECK(nn::tanh_forward(xb).to_vector() == ops::tanh(xb).to_vector());
+  CHECK(nn::neg_exp_forward(xb).to_vector() == ops::neg(ops::exp(xb)).to_vector());
+  // the backward's one rounding: within bf16's half ulp of the f64 result on the same inputs
+  const Tensor wb = w.to(DType::bf16), ytb = nn::tanh_forward(xb);
+  CHECK(test::rel_err(nn::tanh_backward(wb, ytb).to_vector(),
+                      nn::tanh_backward(wb.to(DType::f64), ytb.to(DType::f64)).to_vector()) < 4e-3);
+  CHECK_THROWS_WITH(nn::tanh_backward(w, yt.reshape({9, 5})), Catch::Contains("tanh_backward"));
+}
+
 TEST_CASE("token shift: delta = x[t-1] - x[t] with x[-1] = 0, and its backward", "[nn][activation]") {
   const int64_t B = 2, T = 5, d = 3;
   Tensor x = test::random_tensor({B, T, d}, 6, DType::f64);

@@ -60,6 +60,10 @@ TEST_CASE("cuda activations match the CPU", "[nn][activation][cuda]") {
     CHECK(gpu_vs_cpu({a, dy}, [](const std::vector<Tensor>& t) {
             return std::vector<Tensor>{nn::sqrelu_forward(t[0]), nn::sqrelu_backward(t[1], t[0])};
           }) < tol);
+    CHECK(gpu_vs_cpu({a, dy}, [](const std::vector<Tensor>& t) {
+            const Tensor yt = nn::tanh_forward(t[0]), yn = nn::neg_exp_forward(t[0]);
+            return std::vector<Tensor>{yt, nn::tanh_backward(t[1], yt), yn, nn::neg_exp_backward(t[1], yn)};
+          }) < tol);
     // views at an odd element offset: misaligned operands take the element path (the aligned
     // tensors above take the 16-byte path and its tail)
     auto flat = [](const Tensor& x) { return x.reshape({x.numel()}); };
