@@ -104,7 +104,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // The same with the output dtype chosen: a's dtype, or f32 for bf16 / f16 operands (fp32
 // logits straight from bf16 activations: matmul(x, W, false, true, DType::f32)).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype);
-// out = alpha * op(A) op(B) + beta * out. out: contiguous [..., M, N], in a's dtype or, for
+// out = alpha * op(A) op(B) + beta * out. out: [..., M, N] with unit-stride rows, any row
+// stride >= N and one uniform batch stride, its matrices not overlapping (contiguous, or
+// e.g. the column blocks [d, k, R] -> [k, d, R] of a [d, kR] matrix), in a's dtype or, for
 // bf16 / f16 operands, f32 (mixed precision: out read and written in f32, fp32
 // accumulation). beta = 1 accumulates (dW += x^T dy, an f32 dW from bf16 x and dy).
 // With beta == 0 out's old contents are ignored.

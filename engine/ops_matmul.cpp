@@ -127,8 +127,8 @@ void run_matmul(const Plan& pl, Tensor& out, const Tensor& a, const Tensor& b, b
   p.stride_b = b.dim() == 2 ? 0 : mb.batch_stride;
   p.trans_b = tb != mb.flipped;
   p.c = out.data_ptr();
-  p.ldc = pl.N;
-  p.stride_c = pl.M * pl.N;
+  p.ldc = out.stride(-2);
+  p.stride_c = out.dim() == 2 ? 0 : collapsed_batch_stride(out);
   p.alpha = alpha;
   p.beta = beta;
   p.out_dtype = out.dtype();
@@ -170,9 +170,17 @@ void matmul_out(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, boo
   const Plan pl = plan_matmul(a, b, trans_a, trans_b, "matmul_out");
   detail::check_same_device(out, a, "matmul_out");
   check_out_dtype(out.dtype(), a.dtype(), "matmul_out");
-  if (out.shape() != pl.out_shape || !out.is_contiguous())
-    throw std::invalid_argument("matmul_out: out must be contiguous " + shape_str(pl.out_shape) + ", got " +
-                                shape_str(out.shape()) + (out.is_contiguous() ? "" : " (strided)"));
+  // out: rows with unit column stride, a row stride >= N, batch dims of one uniform stride
+  // (e.g. column blocks of a wider matrix), not overlapping.
+  const bool rows_ok = out.dim() >= 2 && (out.stride(-1) == 1 || out.size(-1) == 1) &&
+                       (out.size(-2) == 1 || out.stride(-2) >= out.size(-1));
+  const int64_t bs = out.dim() >= 2 ? collapsed_batch_stride(out) : -1;
+  const bool batch_ok = bs >= 0 && (pl.batch == 1 || bs >= (out.size(-2) - 1) * out.stride(-2) + out.size(-1) ||
+                                    (bs >= out.size(-1) && (pl.batch - 1) * bs + out.size(-1) <= out.stride(-2)));
+  if (out.shape() != pl.out_shape || !rows_ok || !batch_ok)
+    throw std::invalid_argument("matmul_out: out must be " + shape_str(pl.out_shape) +
+                                " with unit-stride rows and one batch stride, got " + shape_str(out.shape()) +
+                                (out.is_contiguous() ? "" : " (strided)"));
   run_matmul(pl, out, a, b, trans_a, trans_b, alpha, beta);
 }
 

@@ -249,6 +249,15 @@ TEST_CASE("cuda: matmul matches the CPU for every flag and layout", "[engine][cu
             ops::matmul_out(w, t[0], t[1], true, false, 0.5, 1.0);
             return w;
           }) <= tol * 2);
+    // matmul_out into column blocks of a wider matrix: G [24, 2 * 8] viewed [2, 24, 8]
+    Tensor x2 = test::random_tensor({2, 50, 24}, 63, dt), dy2 = test::random_tensor({2, 50, 8}, 64, dt);
+    Tensor g0 = test::random_tensor({24, 16}, 65, dt);
+    CHECK(gpu_vs_cpu({x2, dy2, g0}, [](const std::vector<Tensor>& t) {
+            Tensor g = t[2].clone();
+            Tensor blocks = g.view({24, 2, 8}).permute({1, 0, 2});
+            ops::matmul_out(blocks, t[0], t[1], true, false, 0.5, 1.0);
+            return g;
+          }) <= tol * 2);
   }
 }
 

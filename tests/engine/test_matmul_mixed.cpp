@@ -121,6 +121,39 @@ TEST_CASE("matmul_out: f32 accumulation from bf16 operands (alpha, beta = 1, sha
   CHECK(worst_f32_half_ulps(ops::matmul(x3, W.transpose(0, 1), false, false, DType::f32).to_vector(), ref3) <= 1.0);
 }
 
+TEST_CASE("matmul_out: a strided output (column blocks of a wider matrix) is written in place", "[ops][matmul]") {
+  // G [d, k R] f32; its k column blocks viewed [k, d, R] += alpha dm_i^T z_i with dm [k, N, d],
+  // z [k, N, R] bf16 (RWKV6's lerp weight gradient); the rest of G is untouched.
+  const int64_t k = 3, N = 19, d = 6, R = 4;
+  const Tensor dm = test::random_tensor({k, N, d}, 210, DType::bf16);
+  const Tensor z = test::random_tensor({k, N, R}, 211, DType::bf16);
+  const Tensor g0 = test::random_tensor({d, k * R}, 212, DType::f32);
+  Tensor g = g0.clone();
+  Tensor blocks = g.view({d, k, R}).permute({1, 0, 2});  // [k, d, R], strides (R, kR, 1)
+  ops::matmul_out(blocks, dm, z, true, false, 0.5, 1.0);
+  const std::vector<double> gv = g.to_vector(), g0v = g0.to_vector(), dmv = dm.to_vector(), zv = z.to_vector();
+  double worst = 0;
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t r = 0; r < d; ++r)
+      for (int64_t c = 0; c < R; ++c) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) acc += dmv[(i * N + n) * d + r] * zv[(i * N + n) * R + c];
+        const double want = g0v[r * k * R + i * R + c] + 0.5 * acc;
+        worst = std::max(worst, std::abs(gv[r * k * R + i * R + c] - want) / (std::abs(want) + 1e-3));
+      }
+  CHECK(worst < 1e-6);
+  // An output into the row blocks of a taller one: out [2, M, N] as [M, 2, N] permuted.
+  const Tensor a = test::random_tensor({2, 5, 7}, 213, DType::f32), b = test::random_tensor({2, 7, 3}, 214, DType::f32);
+  Tensor tall = Tensor::zeros({5, 2, 3}, DType::f32);
+  Tensor tb = tall.permute({1, 0, 2});
+  ops::matmul_out(tb, a, b);
+  CHECK(test::rel_err(tb.contiguous().to_vector(), ops::matmul(a, b).to_vector()) < 1e-6);
+  // Overlapping matrices are refused by name.
+  Tensor small = Tensor::zeros({5, 4}, DType::f32);
+  Tensor overlap = small.view({5, 1, 4}).expand({5, 2, 4}).permute({1, 0, 2}).narrow(2, 0, 3);
+  CHECK_THROWS_WITH(ops::matmul_out(overlap, a, b), Catch::Contains("matmul_out"));
+}
+
 TEST_CASE("matmul: output dtype rules name the dtypes", "[ops][matmul][mixed]") {
   const Tensor a32 = test::random_tensor({3, 4}, 300), b32 = test::random_tensor({4, 5}, 301);
   const Tensor a16 = a32.to(DType::bf16), b16 = b32.to(DType::bf16);
