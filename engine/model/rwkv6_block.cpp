@@ -97,9 +97,6 @@ void accumulate(Tensor& g, const Tensor& d) {
   ops::add_(g, dd.reshape(g.shape()));
 }
 
-// 1 - y^2 for y = tanh(x): the derivative of tanh from its output.
-Tensor tanh_grad(const Tensor& dy, const Tensor& y) { return dy * ops::rsub_scalar(ops::square(y), 1.0); }
-
 const char* const kLerpNames[kLerps] = {"r", "w", "k", "v", "g"};
 
 }  // namespace
@@ -198,7 +195,7 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
       s->delta = std::move(sm.delta);
       s->xx = std::move(sm.out[0]);
       // Data-dependent lerp: z = tanh(x_proj.0(xx)), m_i = x_proj.2 slice i (z_i) + x_bias[i].
-      s->z = ops::tanh(nn::linear_forward(s->xx, at(w, "attn.x_proj.0.linear.weight")));
+      s->z = nn::tanh_forward(nn::linear_forward(s->xx, at(w, "attn.x_proj.0.linear.weight")));
       // The five slice products as one batched GEMM: z [B*T, 5, R] -> [5, B*T, R] against
       // x_proj.2.weight [d, 5R] viewed [5, d, R] (a strided view used in place).
       const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});
@@ -208,9 +205,9 @@ Tensor rwkv6_block_forward(const BlockContext& ctx, const ParamMap& w, const Ten
       s->m = std::move(l5.m);
       for (int i = 0; i < kLerps; ++i) s->xl[i] = l5.xl.select(0, i).view({B, T, d});
       in.r = nn::linear_forward(s->xl[0], at(w, "attn.r_proj.linear.weight")).view({B, T, H, K});
-      s->lw = ops::tanh(nn::linear_forward(s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
-      s->w = ops::neg(ops::exp(nn::linear_forward(s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
-                                                  as(at(w, "attn.w_proj.linear.lora.2.bias"), dt))));
+      s->lw = nn::tanh_forward(nn::linear_forward(s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight")));
+      s->w = nn::neg_exp_forward(nn::linear_forward(s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
+                                                    as(at(w, "attn.w_proj.linear.lora.2.bias"), dt)));
       in.w = s->w.view({B, T, H, K});
       in.k = nn::linear_forward(s->xl[2], at(w, "attn.k_proj.linear.weight")).view({B, T, H, K});
       in.v = nn::linear_forward(s->xl[3], at(w, "attn.v_proj.linear.weight")).view({B, T, H, K});
@@ -328,13 +325,13 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   dm.dr = Tensor();
   {
     // w = -exp(p): dp = dw * w
-    Tensor dp = dm.dw.reshape({B, T, H * K}) * s->w;
+    Tensor dp = nn::neg_exp_backward(dm.dw.reshape({B, T, H * K}), s->w);
     dm.dw = s->w = Tensor();
     Tensor dlw =
         nn::linear_backward(dp, s->lw, at(w, "attn.w_proj.linear.lora.2.weight"),
                             at(g, "attn.w_proj.linear.lora.2.weight"), &at(g, "attn.w_proj.linear.lora.2.bias"));
     dp = Tensor();
-    dxl[1] = nn::linear_backward(tanh_grad(dlw, s->lw), s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight"),
+    dxl[1] = nn::linear_backward(nn::tanh_backward(dlw, s->lw), s->xl[1], at(w, "attn.w_proj.linear.lora.0.weight"),
                                  at(g, "attn.w_proj.linear.lora.0.weight"));
     s->lw = Tensor();
   }
@@ -352,8 +349,11 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   for (Tensor& t : dxl) t = Tensor();
   s->m = Tensor();
   {
-    Tensor& gb = at(g, "attn.x_bias");  // [5, d] += sum over tokens of dm
-    ops::add_(gb, ops::sum(lg.dm.dtype() == gb.dtype() ? lg.dm : lg.dm.to(gb.dtype()), 1));
+    // x_bias [5, d] += sum over tokens of dm: the GEMM 1^T dm per slice, read once in the
+    // activation dtype, accumulated in f32 (no conversion pass over dm).
+    Tensor gb = at(g, "attn.x_bias").view({kLerps, 1, d});
+    const Tensor ones = Tensor::full({1, B * T}, 1.0, lg.dm.dtype(), lg.dm.device());
+    ops::matmul_out(gb, ones, lg.dm, false, false, 1.0, 1.0);
   }
   Tensor dxx;
   {
@@ -362,14 +362,15 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});  // [5, B*T, R]
     const Tensor W2 = at(w, "attn.x_proj.2.weight");
     const Tensor W5 = W2.view({d, kLerps, R}).permute({1, 0, 2});  // [5, d, R]
-    Tensor dz = ops::matmul(dm5, W5).permute({1, 0, 2}).reshape({B, T, kLerps * R});
-    Tensor& gW2 = at(g, "attn.x_proj.2.weight");
-    const DType gdt = gW2.dtype();
-    Tensor dW5 = ops::matmul(dm5, z5, true, false, gdt);  // [5, d, R], bf16 operands: f32 out, no conversion pass
-    Tensor gW5 = gW2.view({d, kLerps, R}).permute({1, 0, 2});
-    ops::add_(gW5, dW5);
+    // dz [B*T, 5R] written through its [5, B*T, R] view; dW5 accumulated (f32, beta 1) straight
+    // into the column blocks of x_proj.2's gradient.
+    Tensor dz = Tensor::empty({B, T, kLerps * R}, dm5.dtype(), dm5.device());
+    Tensor dz5 = dz.view({B * T, kLerps, R}).permute({1, 0, 2});
+    ops::matmul_out(dz5, dm5, W5);
+    Tensor gW5 = at(g, "attn.x_proj.2.weight").view({d, kLerps, R}).permute({1, 0, 2});
+    ops::matmul_out(gW5, dm5, z5, true, false, 1.0, 1.0);
     lg.dm = Tensor();
-    dxx = nn::linear_backward(tanh_grad(dz, s->z), s->xx, at(w, "attn.x_proj.0.linear.weight"),
+    dxx = nn::linear_backward(nn::tanh_backward(dz, s->z), s->xx, at(w, "attn.x_proj.0.linear.weight"),
                               at(g, "attn.x_proj.0.linear.weight"));
     s->z = s->xx = Tensor();
   }
