@@ -290,7 +290,7 @@ const std::vector<SchemaEntry>& config_schema() {
       number("train.spike_zscore", 0.0, 0.0, 1e6,
              "skip the update when the loss is this many standard deviations above the recent mean; 0: off"),
       integer("train.spike_window", 100, 2, 1e6, "steps in the loss-spike window"),
-      boolean("train.cuda_graph", false,
+      boolean("train.cuda_graph", true,
               "CUDA: capture the step (forward, backward, gradient norm) once as a CUDA graph and replay it, "
               "bit-identical to eager steps; timed, packed-document and data-parallel steps run eagerly"),
       // data parallel (trainer --nproc N, or a launcher's RANK / WORLD_SIZE)

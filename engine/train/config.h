@@ -84,7 +84,7 @@ struct TrainConfig {
   int64_t max_consecutive_skips = 10;
   double spike_zscore = 0.0;  // 0: off
   int64_t spike_window = 100;
-  bool cuda_graph = false;  // replay the step as a CUDA graph where it qualifies (engine/train/step_graph.h)
+  bool cuda_graph = true;  // replay the step as a CUDA graph where it qualifies (engine/train/step_graph.h)
 };
 
 // Data-parallel training (engine/parallel): used when the job has several ranks.

@@ -1,5 +1,4 @@
-// The training step's device work as one CUDA graph (train.cuda_graph, CUDA; default off until
-// its bit-equality test has run on a GPU, docs/notes-step.md):
+// The training step's device work as one CUDA graph (train.cuda_graph, CUDA, default on):
 // zero_grad, every micro-batch's forward and backward, and the gradient norm, captured once
 // and replayed at every later step whose shapes and scalars are the captured ones. The steps
 // stay bit-identical to eager ones (the same kernels with the same arguments, in the same

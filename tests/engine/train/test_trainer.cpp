@@ -156,7 +156,7 @@ TEST_CASE("trainer: --print-config prints the effective config and writes nothin
   CHECK(j["train"]["lr"] == 0.25);
   CHECK(j["train"]["steps"] == 9);
   CHECK(j["train"]["spike_window"] == 100);  // a default filled in
-  CHECK(j["train"]["cuda_graph"] == false);
+  CHECK(j["train"]["cuda_graph"] == true);
   CHECK(j["model"]["hidden_size"] == 32);
   CHECK_FALSE(fs::exists(out));
   auto h = run_trainer({"--help"}, tmp.path.string(), "help");
