@@ -238,6 +238,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else if (src_device.is_cpu()) {  // host -> device: pageable source is staged before return
     DeviceScope scope(dst_device);
     auto s = reinterpret_cast<cudaStream_t>(current_stream(dst_device).id());
+    // A graph would record the host address and read it again at every replay, long after
+    // the source is gone: a capture must not upload host data (build it on the device).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    if (capture != cudaStreamCaptureStatusNone)
+      throw std::runtime_error("host-to-device copy of " + std::to_string(bytes) +
+                               " bytes while the stream is captured as a CUDA graph (the replay would read freed host "
+                               "memory); build the tensor on the device instead");
     LT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
   } else if (src_device == dst_device) {
     DeviceScope scope(dst_device);

@@ -15,7 +15,9 @@
 // (parameters, gradients, fixed input buffers).
 // The capture mode is relaxed (other threads may use CUDA meanwhile; the capturing thread may
 // call cudaMalloc). A captured body must not synchronise with the device: an operation that
-// does fails the capture with a CUDA error, which capture() rethrows after ending it.
+// does fails the capture with a CUDA error, which capture() rethrows after ending it; so does
+// an upload of host memory (Tensor::from_vector to the device, copy_ from a CPU tensor): the
+// graph would keep the host address and read it, freed, at every replay.
 // Launch counts: the capture counts its launches against their stages as usual (the atlas);
 // launches() is that number, which a replay reports with count_launch.
 // On the CPU backend, or built without CUDA, capture() throws std::runtime_error.

@@ -191,9 +191,11 @@ KdaOutput ops_forward_path(const KdaInputs& in, const KdaConfig& cfg, const kda:
   const int64_t B = d.B, H = d.H, NT = d.NT(), C = d.C, D = d.D;
   const double scale = resolved_scale(cfg, d.D);
   auto& S = sv.ops;
-  std::vector<double> valid(static_cast<size_t>(NT * C));
-  for (int64_t i = 0; i < NT * C; ++i) valid[i] = i < d.T ? 1.0 : 0.0;
-  S.valid = Tensor::from_vector(valid, {1, 1, NT, C, 1}, cdt, dev);
+  // 1 for the T real tokens of the chunked sequence, 0 for the padding (filled on the device:
+  // no host upload, so a CUDA graph can capture the path).
+  Tensor valid = Tensor::zeros({NT * C}, cdt, dev);
+  valid.narrow(0, 0, d.T).fill_(1.0);
+  S.valid = valid.view({1, 1, NT, C, 1});
 
   auto [qh, rq] = ops::l2norm(to_chunks(in.q.to(cdt), d), 1e-6);
   auto [kh, rk] = ops::l2norm(to_chunks(in.k.to(cdt), d), 1e-6);
@@ -314,9 +316,9 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
   dGam = ops::add(dGam, ops::mul(S.qh, dq_P));
   dGam = ops::add(dGam, ops::mul(S.kh, ops::sub(dk_row, dk_col)));
   const Tensor dgam = ops::add(dgam_s, ops::sum(ops::mul(dKb, S.Kb), 3, true));  // [B,H,NT,1,D]
-  std::vector<double> last(static_cast<size_t>(C), 0.0);
-  last[C - 1] = 1.0;
-  dGam = ops::add(dGam, ops::mul(Tensor::from_vector(last, {1, 1, 1, C, 1}, cdt, dev), dgam));
+  Tensor last = Tensor::zeros({C}, cdt, dev);                                    // 1 on the chunk's last row
+  last.narrow(0, C - 1, 1).fill_(1.0);
+  dGam = ops::add(dGam, ops::mul(last.view({1, 1, 1, C, 1}), dgam));
   const Tensor dg = ops::mul(ops::cumsum(dGam, 3, true), S.valid);
 
   const Tensor ea = ops::exp(in.A_log.to(cdt).reshape({1, H, 1, 1, 1}));

@@ -8,6 +8,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "engine/device.h"
+#include "engine/graph.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "kernels/half.h"
@@ -336,4 +337,30 @@ TEST_CASE("cuda: empty() is NaN under the allocator's poison mode", "[engine][cu
     CHECK(nans == 1000);
   }
   a.set_poison(was);
+}
+
+TEST_CASE("cuda graph: a capture that uploads host memory fails by name; device-built tensors replay",
+          "[engine][graph][cuda]") {
+  const Device dev = Device::cuda(0);
+  {
+    CudaGraph g(dev);
+    CHECK_THROWS_WITH(g.capture([&] {
+      Tensor::from_vector(std::vector<double>{1, 2, 3}, {3}, DType::f32, dev);
+    }),
+                      Catch::Contains("host-to-device") && Catch::Contains("CUDA graph"));
+    CHECK_FALSE(g.captured());
+  }
+  // The device-built form of such a constant (zeros, then a filled slice) is captured and
+  // rewritten by every replay.
+  Tensor out = Tensor::zeros({8}, DType::f32, dev);
+  CudaGraph g(dev);
+  g.capture([&] {
+    Tensor m = Tensor::zeros({8}, DType::f32, dev);
+    m.narrow(0, 0, 5).fill_(1.0);
+    out.copy_(ops::mul_scalar(m, 2.0));
+  });
+  REQUIRE(g.captured());
+  out.fill_(-1.0);
+  g.replay(current_stream(dev));
+  CHECK(out.to_vector() == std::vector<double>{2, 2, 2, 2, 2, 0, 0, 0});
 }

@@ -40,22 +40,32 @@ TEST_CASE("trainer cuda: steps replayed from the CUDA graph equal eager steps bi
       "train": {"batch_size": 4, "seq_len": 128, "steps": 12, "lr": 2e-3, "warmup_steps": 2, "seed": 5,
                 "eval_every": 0, "checkpoint_every": 0, "log_every": 1}})";
   write_text(tmp / "cfg.json", config);
-  for (const char* arch : {"kda", "rwkv6"})
+  // kda-ops: KDA in fp32 at head_dim 32, which runs the mixer's ops path (the fused kernels
+  // take 64 and 128): its padding masks are built on the device, so it is captured too.
+  for (const std::string variant : {"kda", "rwkv6", "kda-ops"})
     for (const char* accum : {"1", "2"}) {
-      DYNAMIC_SECTION(arch << " grad_accum " << accum) {
+      const std::string arch = variant == "rwkv6" ? "rwkv6" : "kda";
+      std::vector<std::string> extra;
+      if (variant == "kda-ops")
+        extra = {"--set", "model.precision=fp32", "--set", "model.head_dim=32", "--set", "model.num_heads=4"};
+      DYNAMIC_SECTION(variant << " grad_accum " << accum) {
         auto run = [&](const std::string& tag, bool graph, const std::string& timers) {
           const std::string out = tmp / tag;
-          auto r =
-              run_trainer({"--config", tmp / "cfg.json", "--out", out, "--resume", "none", "--set",
-                           std::string("model.arch=") + arch, "--set", std::string("train.grad_accum=") + accum,
-                           "--set", std::string("train.cuda_graph=") + (graph ? "true" : "false"), "--timers", timers},
-                          tmp.path.string(), tag);
+          std::vector<std::string> args = {"--config", tmp / "cfg.json",
+                                           "--out",    out,
+                                           "--resume", "none",
+                                           "--set",    "model.arch=" + arch,
+                                           "--set",    std::string("train.grad_accum=") + accum,
+                                           "--set",    std::string("train.cuda_graph=") + (graph ? "true" : "false"),
+                                           "--timers", timers};
+          args.insert(args.end(), extra.begin(), extra.end());
+          auto r = run_trainer(args, tmp.path.string(), tag);
           INFO(r.err);
           REQUIRE(r.rc == 0);
           return r;
         };
-        const std::string eager_tag = std::string("eager-") + arch + accum;
-        const std::string graph_tag = std::string("graph-") + arch + accum;
+        const std::string eager_tag = "eager-" + variant + accum;
+        const std::string graph_tag = "graph-" + variant + accum;
         run(eager_tag, false, "off");
         // Every fourth step is timed, so eager steps run between the replays.
         auto rg = run(graph_tag, true, "step%4");
