@@ -81,6 +81,12 @@ Tensor sum_all(const Tensor& x);  // shape {} (rank 0), x's dtype
 // Reduces a broadcast result back to `shape` (summing over the broadcast dims): the
 // backward of broadcasting. `shape` must broadcast to x.shape().
 Tensor sum_to(const Tensor& x, const Shape& shape);
+// Column sums added into gradients: for each set s, acc[s] += sum over rows of x[s] * y[s]
+// (y empty: of x[s] alone). x[s] (and y[s]) [..., C] of one float dtype, one shape for all
+// sets; acc[s] [C] contiguous, f64 for f64 x, f32 otherwise. The product is formed and summed
+// in acc's dtype (bf16 inputs are never rounded in between); x and y are read once. At most
+// kern::kColumnSumMaxSets sets. Bias gradients, RWKV6's mu and x_bias gradients.
+void column_sums_into(const std::vector<Tensor*>& acc, const std::vector<Tensor>& x, const std::vector<Tensor>& y = {});
 
 // ---- scan (float dtypes) --------------------------------------------------------------
 // Inclusive cumulative sum along dim d: y_i = sum_{j<=i} x_j; reverse: y_i = sum_{j>=i} x_j.

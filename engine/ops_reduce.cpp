@@ -1,11 +1,14 @@
-// Reductions and scans (engine/ops.h): sum, max, mean, sum_all, sum_to, cumsum.
+// Reductions and scans (engine/ops.h): sum, max, mean, sum_all, sum_to, column_sums_into, cumsum.
 // Each builds an IterParams over the kept dims (the reduced / scanned dim narrowed to one
 // element, so operand offsets point at each line's start) and passes the line length and
 // strides to the kernel (kernels/table.h: ReduceParams, ScanParams).
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "engine/detail.h"
 #include "engine/ops.h"
+#include "kernels/column_sums.h"
 
 namespace lt::ops {
 namespace {
@@ -67,6 +70,55 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     if (shape[i] == 1 && r.size(static_cast<int64_t>(i)) != 1) r = sum(r, static_cast<int64_t>(i), true);
   if (r.shares_storage(x)) r = r.clone();  // nothing was reduced: still return a fresh tensor
   return r.view(shape);
+}
+
+void column_sums_into(const std::vector<Tensor*>& acc, const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+  const char* op = "column_sums_into";
+  if (x.empty() || x.size() > static_cast<size_t>(kern::kColumnSumMaxSets) || acc.size() != x.size() ||
+      (!y.empty() && y.size() != x.size()))
+    throw std::invalid_argument(std::string(op) + ": 1.." + std::to_string(kern::kColumnSumMaxSets) +
+                                " sets of (acc, x[, y]), got " + std::to_string(acc.size()) + ", " +
+                                std::to_string(x.size()) + ", " + std::to_string(y.size()));
+  const Tensor& x0 = x[0];
+  detail::check_defined(x0, op);
+  detail::check_float(x0, op);
+  if (x0.dim() < 1) throw std::invalid_argument(std::string(op) + ": x must have a column dim, got rank 0");
+  const int64_t cols = x0.size(-1), rows = cols == 0 ? 0 : x0.numel() / cols;
+  const DType adt = x0.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  std::vector<Tensor> keep;  // contiguous operands alive through the launch
+  auto operand = [&](const Tensor& t, const char* what) -> const void* {
+    detail::check_defined(t, op);
+    if (t.shape() != x0.shape() || t.dtype() != x0.dtype() || t.device() != x0.device())
+      throw std::invalid_argument(std::string(op) + ": " + what + " " + shape_str(t.shape()) + " " +
+                                  dtype_name(t.dtype()) + " must be " + shape_str(x0.shape()) + " " +
+                                  dtype_name(x0.dtype()) + " on " + x0.device().str());
+    keep.push_back(t.contiguous());
+    return keep.back().data_ptr();
+  };
+  kern::ColumnSumParams p;
+  p.nsets = static_cast<int>(x.size());
+  p.rows = rows;
+  p.cols = cols;
+  for (size_t s = 0; s < x.size(); ++s) {
+    Tensor* a = acc[s];
+    if (a == nullptr || !a->defined() || a->shape() != Shape{cols} || a->dtype() != adt || a->device() != x0.device() ||
+        !a->is_contiguous())
+      throw std::invalid_argument(std::string(op) + ": acc " +
+                                  (a != nullptr && a->defined() ? shape_str(a->shape()) : std::string("undefined")) +
+                                  " must be contiguous [" + std::to_string(cols) + "] " + dtype_name(adt) + " on " +
+                                  x0.device().str());
+    p.x[s] = operand(x[s], "x");
+    p.y[s] = y.empty() ? nullptr : operand(y[s], "y");
+    p.acc[s] = a->data_ptr();
+  }
+  const int64_t ws = kern::column_sum_workspace(rows, cols, p.nsets);
+  Tensor workspace;
+  if (x0.device().is_cuda() && ws > 0) {
+    workspace = Tensor::empty({ws}, adt, x0.device());
+    p.workspace = workspace.data_ptr();
+  }
+  detail::Exec ex(x0.device());
+  ex.k.column_sums(x0.dtype(), p, ex.stream);
 }
 
 Tensor cumsum(const Tensor& x, int64_t d, bool reverse) {

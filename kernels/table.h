@@ -151,6 +151,9 @@ using LerpKernel = void(LerpOp, DType, const LerpParams&, uintptr_t stream);
 // Row gather with a fill (kernels/gather.h): dtype is x's and out's.
 struct GatherRowsParams;
 using GatherRowsKernel = void(DType, const GatherRowsParams&, uintptr_t stream);
+// Column sums added into gradients (kernels/column_sums.h): dtype is x's.
+struct ColumnSumParams;
+using ColumnSumKernel = void(DType, const ColumnSumParams&, uintptr_t stream);
 
 // The op families: (entry name, kernel signature). One row per family; everything below
 // is generated from this list.
@@ -173,7 +176,8 @@ using GatherRowsKernel = void(DType, const GatherRowsParams&, uintptr_t stream);
   X(norm, NormKernel)                  \
   X(conv, ConvKernel)                  \
   X(lerp, LerpKernel)                  \
-  X(gather_rows, GatherRowsKernel)
+  X(gather_rows, GatherRowsKernel)     \
+  X(column_sums, ColumnSumKernel)
 
 #define LT_KERNEL_TABLE_FIELD(name, Kernel) Kernel* name;
 #define LT_KERNEL_DECLARE(name, Kernel) Kernel name;

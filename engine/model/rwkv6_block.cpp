@@ -349,11 +349,16 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
   for (Tensor& t : dxl) t = Tensor();
   s->m = Tensor();
   {
-    // x_bias [5, d] += sum over tokens of dm: the GEMM 1^T dm per slice, read once in the
-    // activation dtype, accumulated in f32 (no conversion pass over dm).
-    Tensor gb = at(g, "attn.x_bias").view({kLerps, 1, d});
-    const Tensor ones = Tensor::full({1, B * T}, 1.0, lg.dm.dtype(), lg.dm.device());
-    ops::matmul_out(gb, ones, lg.dm, false, false, 1.0, 1.0);
+    // x_bias [5, d] += sum over tokens of dm, a set per slice: dm read once in the
+    // activation dtype, summed in f32.
+    std::vector<Tensor> gb, dms;
+    for (int i = 0; i < kLerps; ++i) {
+      gb.push_back(at(g, "attn.x_bias").select(0, i));
+      dms.push_back(lg.dm.select(0, i));
+    }
+    std::vector<Tensor*> acc;
+    for (Tensor& t : gb) acc.push_back(&t);
+    ops::column_sums_into(acc, dms);
   }
   Tensor dxx;
   {

@@ -121,12 +121,8 @@ Tensor shift_mix_backward(const std::vector<Tensor>& douts, const Tensor& delta,
   Tensor da = Tensor::empty(delta.shape(), delta.dtype(), delta.device());
   p.da = da.data_ptr();
   run(LerpOp::shift_mix, p, delta);
-  for (size_t j = 0; j < douts.size(); ++j) {  // dmu_j += sum over tokens of dout_j delta, summed in dmu's dtype
-    Tensor& g = *dmus[j];
-    Tensor prod = douts[j] * delta;
-    if (prod.dtype() != g.dtype()) prod = prod.to(g.dtype());
-    ops::add_(g, ops::sum_to(prod, g.shape()));
-  }
+  // dmu_j += sum over tokens of dout_j delta (one pass, the products summed in dmu's f32 / f64)
+  ops::column_sums_into(dmus, douts, std::vector<Tensor>(douts.size(), delta));
   return da;
 }
 

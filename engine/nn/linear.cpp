@@ -3,7 +3,7 @@
 // Backward (parameter grads +=, activation grad =):
 //   dx  = dy W            [R, out] x [out, in]      (dy's dtype; linear_backward_add: +=)
 //   dW += dy^T x          [out, R] x [R, in]        (dW: f32 for bf16 operands, else x's dtype)
-//   db += sum_r dy[r, :]  as the GEMM ones[1, R] x dy [R, out] accumulated into db [1, out]
+//   db += sum_r dy[r, :]  (ops::column_sums_into: one read of dy, summed in db's f32 / f64)
 // For bf16 / f16 operands both parameter GEMMs are mixed precision (engine/ops.h
 // matmul_out): bf16 operands, fp32 accumulation, f32 gradients read and written.
 #include "engine/nn/linear.h"
@@ -34,7 +34,7 @@ void check_weight(const Tensor& x, const Tensor& W, const char* op) {
 // x viewed as [R, in] (a copy only when x's leading dims do not flatten).
 Tensor rows_of(const Tensor& x) { return x.reshape({-1, x.size(-1)}); }
 
-// The checks of both backwards and the parameter gradients: dW += dy^T x, db += 1^T dy.
+// The checks of both backwards and the parameter gradients: dW += dy^T x, db += sum_r dy.
 // Returns dy as [R, out].
 Tensor param_grads(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& dW, Tensor* db, const char* op) {
   check_weight(x, W, op);
@@ -57,14 +57,9 @@ Tensor param_grads(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& d
 
   const Tensor x2 = rows_of(x);    // [R, in]
   const Tensor dy2 = rows_of(dy);  // [R, out]
-  const int64_t R = x2.size(0);
   // bf16 / f16 operands write f32 gradients straight from the mixed-precision GEMM.
   ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
-  if (db) {
-    Tensor db_row = db->view({1, out_features});
-    const Tensor ones = Tensor::full({1, R}, 1.0, dy.dtype(), dy.device());
-    ops::matmul_out(db_row, ones, dy2, false, false, 1.0, 1.0);  // db [1, out] += 1^T dy
-  }
+  if (db) ops::column_sums_into({db}, {dy2});                                   // db [out] += sum over rows of dy
   return dy2;
 }
 

@@ -4,6 +4,8 @@
 // the engine could merge every dim, the usual dense case) and computes in float (double
 // for f64), rounding once on store. Dense operands (ndim 1, unit strides, 16-byte aligned) take
 // the vector path: 16 bytes per operand per access, the same functor on every element.
+// A binary op whose one operand is a row repeated over the rows of the other (a bias [n] over
+// [R, n], n a multiple of the vector) takes the same path, the row read through its column.
 #include "kernels/cuda/grid.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/launch.h"
@@ -50,6 +52,40 @@ __global__ void binary_dense_kernel(T* out, const T* a, const T* b, int64_t nume
   }
   for (int64_t i = nvec * V::n + global_thread(); i < numel; i += grid_threads())
     out[i] = store_from_compute<T>(op(load_as_compute(a[i]), load_as_compute(b[i])));
+}
+
+// Dense binary op over [rows, row_vecs] vectors where a (a_row) or b (b_row) is one row of
+// row_vecs vectors repeated over every row (stride 0 between rows).
+template <class T, class Op>
+__global__ void binary_rowcast_kernel(T* out, const T* a, const T* b, int64_t nvec, int64_t row_vecs, bool a_row,
+                                      bool b_row) {
+  using V = Vec16<T>;
+  Op op;
+  for (int64_t i = global_thread(); i < nvec; i += grid_threads()) {
+    const int64_t col = i % row_vecs;
+    const V va = reinterpret_cast<const V*>(a)[a_row ? col : i], vb = reinterpret_cast<const V*>(b)[b_row ? col : i];
+    V vo;
+#pragma unroll
+    for (int e = 0; e < V::n; ++e)
+      vo.v[e] = store_from_compute<T>(op(load_as_compute(va.v[e]), load_as_compute(vb.v[e])));
+    reinterpret_cast<V*>(out)[i] = vo;
+  }
+}
+
+// True when p is [rows, n] with out dense, n a multiple of V's width, all three aligned, and
+// each of a and b either dense or one row repeated (row stride 0, unit column stride).
+template <class T>
+bool rowcast_aligned(const IterParams& p, bool& a_row, bool& b_row) {
+  if (p.ndim != 2 || p.shape[1] % Vec16<T>::n != 0) return false;
+  const int64_t n = p.shape[1];
+  for (int k = 0; k < 3; ++k)
+    if (p.strides[k][1] != 1 || !aligned16(p.data[k])) return false;
+  if (p.strides[0][0] != n) return false;
+  auto dense_or_row = [&](int k, bool& row) {
+    row = p.strides[k][0] == 0;
+    return row || p.strides[k][0] == n;
+  };
+  return dense_or_row(1, a_row) && dense_or_row(2, b_row);
 }
 
 template <class T, class Op>
@@ -115,6 +151,15 @@ void binary(BinaryOp op, DType dtype, const IterParams& p, uintptr_t stream) {
         const int64_t work = p.numel / Vec16<T>::n > 0 ? p.numel / Vec16<T>::n : p.numel;
         LT_LAUNCH(kernel, grid_for(work), kThreads, 0, as_stream(stream), static_cast<T*>(p.data[0]),
                   static_cast<const T*>(p.data[1]), static_cast<const T*>(p.data[2]), p.numel);
+        return;
+      }
+      bool a_row = false, b_row = false;
+      if (rowcast_aligned<T>(p, a_row, b_row)) {
+        auto kernel = binary_rowcast_kernel<T, decltype(f)>;
+        const int64_t nvec = p.numel / Vec16<T>::n;
+        LT_LAUNCH(kernel, grid_for(nvec), kThreads, 0, as_stream(stream), static_cast<T*>(p.data[0]),
+                  static_cast<const T*>(p.data[1]), static_cast<const T*>(p.data[2]), nvec, p.shape[1] / Vec16<T>::n,
+                  a_row, b_row);
         return;
       }
       auto kernel = binary_kernel<T, decltype(f)>;

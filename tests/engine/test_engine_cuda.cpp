@@ -173,6 +173,31 @@ TEST_CASE("cuda: dense elementwise ops (16-byte vector path) match the CPU at ev
   }
 }
 
+TEST_CASE("cuda: a row broadcast over a matrix (the bias path) matches the CPU bit for bit", "[engine][cuda]") {
+  // Row widths on and off the vector width, the row as either operand, aligned and misaligned
+  // matrices (offset 1: the strided path); a 3-D matrix merges to [rows, n].
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    for (int64_t n : {8, 24, 768, 13}) {
+      for (int64_t off : {0, 1}) {
+        INFO(dtype_name(dt) << " n " << n << " offset " << off);
+        const int64_t rows = 37;
+        const Tensor x = test::random_tensor({rows * n + 1}, 30, dt), r = test::random_tensor({n}, 31, dt);
+        auto mat = [&](const Tensor& t) { return t.narrow(0, off, rows * n).view({rows, n}); };
+        CHECK(gpu_vs_cpu({x, r}, [&](const std::vector<Tensor>& t) { return ops::add(mat(t[0]), t[1]); }) == 0.0);
+        CHECK(gpu_vs_cpu({x, r}, [&](const std::vector<Tensor>& t) { return ops::sub(t[1], mat(t[0])); }) == 0.0);
+        CHECK(gpu_vs_cpu({x, r}, [&](const std::vector<Tensor>& t) {
+                Tensor y = mat(t[0]).clone();
+                ops::add_out(y, y, t[1]);  // in place, as the linear layer's bias
+                return y;
+              }) == 0.0);
+        CHECK(gpu_vs_cpu({x, r}, [&](const std::vector<Tensor>& t) {
+                return ops::mul(mat(t[0]).view({rows, 1, n}), t[1].view({1, 1, n}));
+              }) == 0.0);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda: reductions, cumsum, shape ops match the CPU", "[engine][cuda]") {
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     INFO(dtype_name(dt));
@@ -218,6 +243,31 @@ TEST_CASE("cuda: reductions, cumsum, shape ops match the CPU", "[engine][cuda]")
     CHECK(gpu_vs_cpu({y}, [](const std::vector<Tensor>& t) { return ops::triu(t[0], 1); }) == 0.0);
   }
   CHECK(same_bits(ops::eye(5, DType::f32, kGpu), ops::eye(5, DType::f32)));
+}
+
+TEST_CASE("cuda: column_sums_into matches the CPU (vector and scalar rows, one and many row splits)",
+          "[engine][cuda]") {
+  // rows 100: one split (added in the block); 5000: 40 splits and the combine pass. cols 768
+  // and 64: 16-byte vectors; 13: the scalar path. Two sets with y, then x alone.
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    for (int64_t rows : {100, 5000}) {
+      for (int64_t cols : {768, 64, 13}) {
+        INFO(dtype_name(dt) << " rows " << rows << " cols " << cols);
+        const DType adt = dt == DType::f64 ? DType::f64 : DType::f32;
+        const Tensor x0 = test::random_tensor({rows, cols}, 60, dt), x1 = test::random_tensor({rows, cols}, 61, dt);
+        const Tensor y0 = test::random_tensor({rows, cols}, 62, dt), y1 = test::random_tensor({rows, cols}, 63, dt);
+        const Tensor a = test::random_tensor({cols}, 64, adt), b = test::random_tensor({cols}, 65, adt);
+        auto run = [&](const std::vector<Tensor>& t) {
+          Tensor a0 = t[4].clone(), a1 = t[5].clone();
+          ops::column_sums_into({&a0, &a1}, {t[0], t[1]}, {t[2], t[3]});
+          Tensor c = t[5].clone();
+          ops::column_sums_into({&c}, {t[1]});
+          return ops::cat({a0, a1, c}, 0);
+        };
+        CHECK(gpu_vs_cpu({x0, x1, y0, y1, a, b}, run) <= (adt == DType::f64 ? 1e-12 : 1e-5));
+      }
+    }
+  }
 }
 
 TEST_CASE("cuda: matmul matches the CPU for every flag and layout", "[engine][cuda]") {

@@ -236,6 +236,41 @@ TEST_CASE("reductions: sum, max, mean along a dim, sum_all, sum_to", "[engine]")
   CHECK_THROWS_WITH(ops::sum_to(g, {5}), Catch::Contains("sum_to"));
 }
 
+TEST_CASE("column_sums_into adds each set's column sums (of x, or of x * y) into its accumulator", "[engine]") {
+  const int64_t rows = 37, cols = 13;
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const DType adt = dt == DType::f64 ? DType::f64 : DType::f32;
+    const Tensor x0 = test::random_tensor({rows, cols}, 50, dt), x1 = test::random_tensor({rows, cols}, 51, dt);
+    const Tensor y0 = test::random_tensor({rows, cols}, 52, dt), y1 = test::random_tensor({rows, cols}, 53, dt);
+    const Tensor start = test::random_tensor({cols}, 54, adt);
+    // The reference from the inputs' values in f64; the accumulators start non-zero.
+    auto expect = [&](const Tensor& x, const Tensor* y) {
+      const std::vector<double> xv = x.to_vector(), yv = y ? y->to_vector() : std::vector<double>();
+      std::vector<double> e = start.to_vector();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) e[c] += xv[r * cols + c] * (y ? yv[r * cols + c] : 1.0);
+      return e;
+    };
+    const double tol = adt == DType::f64 ? 1e-13 : 1e-6;
+    Tensor a0 = start.clone(), a1 = start.clone();
+    ops::column_sums_into({&a0, &a1}, {x0, x1}, {y0, y1});
+    CHECK(rel_err(a0.to_vector(), expect(x0, &y0)) <= tol);
+    CHECK(rel_err(a1.to_vector(), expect(x1, &y1)) <= tol);
+    Tensor b = start.clone();
+    ops::column_sums_into({&b}, {x1.view({1, rows, cols})});  // leading dims are rows too
+    CHECK(rel_err(b.to_vector(), expect(x1, nullptr)) <= tol);
+  }
+  Tensor acc = Tensor::zeros({13}, DType::f32);
+  const Tensor x = test::random_tensor({4, 13}, 55);
+  CHECK_THROWS_WITH(ops::column_sums_into({&acc}, {x, x}), Catch::Contains("column_sums_into"));
+  Tensor wrong = Tensor::zeros({12}, DType::f32);
+  CHECK_THROWS_WITH(ops::column_sums_into({&wrong}, {x}), Catch::Contains("acc [12]"));
+  Tensor f64acc = Tensor::zeros({13}, DType::f64);
+  CHECK_THROWS_WITH(ops::column_sums_into({&f64acc}, {x}), Catch::Contains("f32"));
+  CHECK_THROWS_WITH(ops::column_sums_into({&acc}, {x}, {x.narrow(0, 0, 2)}), Catch::Contains("y [2, 13]"));
+}
+
 TEST_CASE("cumsum forward and reverse along any dim", "[engine]") {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor x = test::random_tensor({4, 5, 6}, 51, dt).permute({2, 0, 1});  // [6, 4, 5] strided
