@@ -55,60 +55,103 @@ struct LerpParams {
   void* dm = nullptr;      // [5, N, d]
 };
 
-// One element i in [0, n) of each pass; T the tensors' dtype, C its compute type.
-template <class T>
+// W consecutive elements [i, i + W) of each pass (i a multiple of W, W dividing d, so one
+// token's row): W = 1 on the CPU and for unaligned operands, a 16-byte pack on CUDA. T the
+// tensors' dtype, C its compute type; every element takes the same arithmetic for any W.
+template <class T, int W = 1>
 struct LerpMath {
   using C = compute_t<T>;
-  static LT_HD C ld(const void* p, int64_t i) { return load_as_compute(static_cast<const T*>(p)[i]); }
+  struct alignas(sizeof(T) * W) Pack {
+    T v[W];
+  };
+  using Vals = C[W];
+  static LT_HD void ld(const void* p, int64_t i, Vals& out) {
+    const Pack q = *reinterpret_cast<const Pack*>(static_cast<const T*>(p) + i);
+    for (int e = 0; e < W; ++e) out[e] = load_as_compute(q.v[e]);
+  }
   static LT_HD C ldc(const void* p, int64_t i) { return static_cast<const C*>(p)[i]; }
-  static LT_HD T st(void* p, int64_t i, C v) {
-    const T r = store_from_compute<T>(v);
-    static_cast<T*>(p)[i] = r;
-    return r;
+  // Stores v rounded to T and returns the rounded values in v.
+  static LT_HD void st(void* p, int64_t i, Vals& v) {
+    Pack q;
+    for (int e = 0; e < W; ++e) {
+      q.v[e] = store_from_compute<T>(v[e]);
+      v[e] = load_as_compute(q.v[e]);
+    }
+    *reinterpret_cast<Pack*>(static_cast<T*>(p) + i) = q;
   }
 
   static LT_HD void shift_mix_forward(const LerpParams& p, int64_t i) {
     const int64_t t = (i / p.d) % p.T, c = i % p.d;
-    const C a = ld(p.a, i);
+    Vals a, delta, out;
+    ld(p.a, i, a);
     const bool shifted = t > 0 && (p.pos == nullptr || p.pos[i / p.d] > 0);
-    const C prev = shifted ? ld(p.a, i - p.d) : C(0);
-    const C delta = load_as_compute(st(p.delta, i, prev - a));
-    for (int j = 0; j < p.nmix; ++j) st(p.out[j], i, a + delta * ldc(p.mu[j], c));
+    if (shifted) ld(p.a, i - p.d, delta);
+    for (int e = 0; e < W; ++e) delta[e] = (shifted ? delta[e] : C(0)) - a[e];
+    st(p.delta, i, delta);
+    for (int j = 0; j < p.nmix; ++j) {
+      for (int e = 0; e < W; ++e) out[e] = a[e] + delta[e] * ldc(p.mu[j], c + e);
+      st(p.out[j], i, out);
+    }
   }
-  // g at element i: the gradient into delta
-  static LT_HD C shift_mix_g(const LerpParams& p, int64_t i) {
+  // g at elements [i, i + W): the gradient into delta
+  static LT_HD void shift_mix_g(const LerpParams& p, int64_t i, Vals& g) {
     const int64_t c = i % p.d;
-    C g = p.ddelta_in ? ld(p.ddelta_in, i) : C(0);
-    for (int j = 0; j < p.nmix; ++j) g += ld(p.dout[j], i) * ldc(p.mu[j], c);
-    return g;
+    if (p.ddelta_in) ld(p.ddelta_in, i, g);
+    else
+      for (int e = 0; e < W; ++e) g[e] = C(0);
+    Vals dout;
+    for (int j = 0; j < p.nmix; ++j) {
+      ld(p.dout[j], i, dout);
+      for (int e = 0; e < W; ++e) g[e] += dout[e] * ldc(p.mu[j], c + e);
+    }
   }
   static LT_HD void shift_mix_backward(const LerpParams& p, int64_t i) {
     const int64_t t = (i / p.d) % p.T;
-    C da = p.da_in ? ld(p.da_in, i) : C(0);
-    for (int j = 0; j < p.nmix; ++j) da += ld(p.dout[j], i);
-    da -= shift_mix_g(p, i);
-    if (t < p.T - 1 && (p.pos == nullptr || p.pos[i / p.d + 1] > 0)) da += shift_mix_g(p, i + p.d);
+    Vals da, v;
+    if (p.da_in) ld(p.da_in, i, da);
+    else
+      for (int e = 0; e < W; ++e) da[e] = C(0);
+    for (int j = 0; j < p.nmix; ++j) {
+      ld(p.dout[j], i, v);
+      for (int e = 0; e < W; ++e) da[e] += v[e];
+    }
+    shift_mix_g(p, i, v);
+    for (int e = 0; e < W; ++e) da[e] -= v[e];
+    if (t < p.T - 1 && (p.pos == nullptr || p.pos[i / p.d + 1] > 0)) {
+      shift_mix_g(p, i + p.d, v);
+      for (int e = 0; e < W; ++e) da[e] += v[e];
+    }
     st(p.da, i, da);
   }
 
   static LT_HD void lerp5_forward(const LerpParams& p, int64_t i) {
     const int64_t c = i % p.d;
-    const C a = ld(p.a, i), delta = ld(p.delta, i);
+    Vals a, delta, m;
+    ld(p.a, i, a);
+    ld(p.delta, i, delta);
     for (int k = 0; k < kLerpSlices; ++k) {
       const int64_t at = k * p.n + i;
-      const C m = load_as_compute(st(p.m, at, ld(p.mraw, at) + ldc(p.bias, k * p.d + c)));
-      st(p.xl, at, a + delta * m);
+      ld(p.mraw, at, m);
+      for (int e = 0; e < W; ++e) m[e] += ldc(p.bias, k * p.d + c + e);
+      st(p.m, at, m);
+      for (int e = 0; e < W; ++e) m[e] = a[e] + delta[e] * m[e];
+      st(p.xl, at, m);
     }
   }
   static LT_HD void lerp5_backward(const LerpParams& p, int64_t i) {
-    const C delta = ld(p.delta, i);
-    C da = C(0), dd = C(0);
+    Vals delta, da, dd, g, m;
+    ld(p.delta, i, delta);
+    for (int e = 0; e < W; ++e) da[e] = dd[e] = C(0);
     for (int k = 0; k < kLerpSlices; ++k) {
       const int64_t at = k * p.n + i;
-      const C g = ld(p.dxl[k], i);
-      da += g;
-      dd += g * ld(p.m, at);
-      st(p.dm, at, g * delta);
+      ld(p.dxl[k], i, g);
+      ld(p.m, at, m);
+      for (int e = 0; e < W; ++e) {
+        da[e] += g[e];
+        dd[e] += g[e] * m[e];
+        g[e] *= delta[e];
+      }
+      st(p.dm, at, g);
     }
     st(p.da, i, da);
     st(p.ddelta, i, dd);
