@@ -1,13 +1,21 @@
 // Row normalisation, CUDA backend (twin: kernels/cpu/norm.cpp; math and layout: kernels/norm.h).
 // f32 and bf16 activations; weights, statistics and every sum in f32.
 //
-// Forward: one warp per row (lane l owns columns l, l + 32, ...; rows are contiguous, so each
-// pass over a row is a coalesced sweep), 8 warps a block, warps stride over the rows. Row sums
-// are a per-lane sequential sum and a butterfly (xor-shuffle) tree: deterministic.
+// Forward: rows of whole 16-byte vectors (aligned) are held in registers: LPR lanes a row
+// (L / 16 bytes when that is a power of two up to 16: 32 / LPR rows a warp at once; else the
+// whole warp, up to 4 vectors a lane), one 16-byte load per vector, the row sums a butterfly
+// over the row's lanes (norm_forward_rows_vec). Other rows: one warp per row (lane l owns
+// columns l, l + 32, ...), 8 warps a block, warps stride over the rows. Row sums are a per-lane
+// sequential sum and a butterfly (xor-shuffle) tree: deterministic.
 // Backward, two launches:
 //   norm_backward_rows_vec  rows of L = 32 x 16 bytes x (1..4) (768 bf16, 512 f32), aligned:
 //                         each lane reads its 16-byte vectors of x, dy (g) once into registers
 //                         and runs both passes from them; otherwise
+//   norm_backward_rows_grouped  rows of LPR < 32 whole 16-byte vectors (KDA's gated o_norm and
+//                         RWKV6's GroupNorm at head_dim 64: 8 lanes a bf16 row): a lane holds one
+//                         vector of x, dy (g), 32 / LPR rows a warp at once; each lane keeps its
+//                         columns' weight-gradient sums in registers, folded over the warp's row
+//                         groups by a butterfly and over the warps in shared memory (fixed order);
 //   norm_backward_rows    one block per weight-gradient slot (kernels/norm.h); its warps take
 //                         the slot's rows in turn, one warp a row: dx (and dg) written, and
 //                         e xh (and e) added into the warp's own [acc, L] partial in shared
@@ -43,6 +51,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// Sum over the LPR lanes of one row group (lanes LPR g .. LPR g + LPR - 1), every lane gets it.
+template <int LPR>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int offset = LPR / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
 
 // mean and rstd of one row, computed by the whole warp (every lane gets both).
 template <class T>
@@ -88,6 +104,76 @@ __global__ void norm_forward_rows(NormParams p) {
       if (p.bias) v += b[h * L + j];
       if (p.gate) v *= sigmoidf(load_as_compute(g[r * L + j]));
       y[r * L + j] = store_from_compute<T>(v);
+    }
+  }
+}
+
+// Rows of L = nv LPR n elements (n: 16 bytes of T, nv <= NV), every row operand 16-byte
+// aligned: the LPR lanes of row group grp hold vectors k LPR + sub (k < nv) of the row in
+// registers; a warp takes 32 / LPR consecutive rows at once (warp-uniform loop: the
+// shuffles see every lane). Same math as norm_forward_rows.
+template <class T, int LPR, int NV>
+__global__ void norm_forward_rows_vec(NormParams p) {
+  using V = Vec16<T>;
+  constexpr int n = V::n, RPW = kWarp / LPR;
+  const V* x = static_cast<const V*>(p.x);
+  const V* g = static_cast<const V*>(p.g);
+  const float* w = static_cast<const float*>(p.w);
+  const float* b = static_cast<const float*>(p.b);
+  V* y = static_cast<V*>(p.y);
+  const int lane = threadIdx.x % kWarp, sub = lane % LPR, grp = lane / LPR;
+  const int64_t L = p.len, rowv = L / n;
+  const int nv = static_cast<int>(rowv / LPR);
+  const float eps = static_cast<float>(p.eps), inv_len = 1.0f / static_cast<float>(L);
+  const int64_t nwarps = grid_threads() / kWarp;
+  for (int64_t r0 = global_thread() / kWarp * RPW; r0 < p.rows; r0 += nwarps * RPW) {
+    const int64_t r = r0 + grp;
+    const bool live = r < p.rows;
+    float xs[NV][n];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      V xv{};
+      if (live && k < nv) xv = x[r * rowv + k * LPR + sub];
+#pragma unroll
+      for (int e = 0; e < n; ++e) xs[k][e] = load_as_compute(xv.v[e]);
+    }
+    float mu = 0.0f;
+    if (p.center) {
+      float t = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int e = 0; e < n; ++e) t += xs[k][e];
+      mu = group_sum<LPR>(t) * inv_len;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k < nv)
+#pragma unroll
+        for (int e = 0; e < n; ++e) ss += (xs[k][e] - mu) * (xs[k][e] - mu);
+    const float rs = 1.0f / sqrtf(group_sum<LPR>(ss) * inv_len + eps);
+    if (!live) continue;
+    if (sub == 0) {
+      if (p.center) static_cast<float*>(p.mean)[r] = mu;
+      static_cast<float*>(p.rstd)[r] = rs;
+    }
+    const int64_t h = r % p.period;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k >= nv) continue;
+      const int64_t vi = r * rowv + k * LPR + sub;
+      V gv, yv;
+      if (p.gate) gv = g[vi];
+#pragma unroll
+      for (int e = 0; e < n; ++e) {
+        const int64_t j = (k * LPR + sub) * n + e;
+        float v = (xs[k][e] - mu) * rs * w[h * L + j];
+        if (p.bias) v += b[h * L + j];
+        if (p.gate) v *= sigmoidf(load_as_compute(gv.v[e]));
+        yv.v[e] = store_from_compute<T>(v);
+      }
+      y[vi] = yv;
     }
   }
 }
@@ -268,6 +354,121 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
 // Most 16-byte vectors a lane holds per row operand on the register path.
 constexpr int kNormVecMax = 4;
 
+// norm_backward_rows for rows of L = LPR n elements (LPR < 32 lanes a row, one 16-byte vector
+// each), every row operand 16-byte aligned. A warp takes 32 / LPR of the slot's rows at once;
+// each lane's weight-gradient sums (its n columns) stay in registers over the rows, then are
+// folded over the warp's row groups (butterfly) and over the warps (shared memory, ascending
+// warp order) into scratch[slot]. Same math, same slots. Three blocks an SM (95 registers
+// left two: latency-bound at 25 % occupancy).
+template <class T, int LPR>
+__global__ void __launch_bounds__(kBackwardWarps* kWarp, 3) norm_backward_rows_grouped(NormParams p, int64_t slices) {
+  using V = Vec16<T>;
+  constexpr int n = V::n, RPW = kWarp / LPR;
+  static_assert(LPR < kWarp, "whole-warp rows take norm_backward_rows_vec");
+  extern __shared__ float smem_partial[];  // [warps, acc, L]
+  const V* x = static_cast<const V*>(p.x);
+  const V* g = static_cast<const V*>(p.g);
+  const V* dy = static_cast<const V*>(p.dy);
+  const float* mean = static_cast<const float*>(p.mean);
+  const float* rstd = static_cast<const float*>(p.rstd);
+  V* dx = static_cast<V*>(p.dx);
+  const V* dres = static_cast<const V*>(p.dres);
+  V* dg = static_cast<V*>(p.dg);
+  const int lane = threadIdx.x % kWarp, sub = lane % LPR, grp = lane / LPR;
+  const int warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+  const int64_t L = p.len, P = p.period;
+  const int64_t nacc = p.bias ? 2 : 1;
+  const int64_t slot = blockIdx.x, h = slot % P, s = slot / P;
+  const float inv_len = 1.0f / static_cast<float>(L);
+  float wv[n], bv[n], aw[n], ab[n];  // this lane's columns j = sub n + e
+#pragma unroll
+  for (int e = 0; e < n; ++e) {
+    wv[e] = static_cast<const float*>(p.w)[h * L + sub * n + e];
+    bv[e] = p.gate && p.bias ? static_cast<const float*>(p.b)[h * L + sub * n + e] : 0.0f;  // b: read with a gate only
+    aw[e] = ab[e] = 0.0f;
+  }
+  const int64_t per_head = p.rows / P;
+  const int64_t m_end = norm_slice_begin(per_head, slices, s + 1);
+  for (int64_t m0 = norm_slice_begin(per_head, slices, s) + static_cast<int64_t>(warp) * RPW; m0 < m_end;
+       m0 += static_cast<int64_t>(nwarps) * RPW) {
+    const int64_t m = m0 + grp;
+    const bool live = m < m_end;
+    const int64_t r = h + P * m, vi = r * LPR + sub;
+    V xv{}, dyv{}, gv{};
+    float mu = 0.0f, rs = 0.0f;
+    if (live) {
+      xv = x[vi];
+      dyv = dy[vi];
+      if (p.gate) gv = g[vi];
+      mu = p.center ? mean[r] : 0.0f;
+      rs = rstd[r];
+    }
+    float xh[n], ee[n];
+    float sum_d = 0.0f, sum_dxh = 0.0f;
+    V dgv;
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+      xh[e] = (load_as_compute(xv.v[e]) - mu) * rs;
+      ee[e] = load_as_compute(dyv.v[e]);
+      if (p.gate) {
+        const float sg = sigmoidf(load_as_compute(gv.v[e]));
+        const float pre = xh[e] * wv[e] + bv[e];
+        dgv.v[e] = store_from_compute<T>(ee[e] * pre * sg * (1.0f - sg));
+        ee[e] *= sg;
+      }
+      const float d = ee[e] * wv[e];
+      sum_d += d;
+      sum_dxh += d * xh[e];
+      aw[e] += ee[e] * xh[e];  // zero for a row past the slice (dy = 0)
+      ab[e] += ee[e];
+    }
+    const float c1 = p.center ? group_sum<LPR>(sum_d) * inv_len : 0.0f;
+    const float c2 = group_sum<LPR>(sum_dxh) * inv_len;
+    if (!live) continue;
+    if (p.gate) dg[vi] = dgv;
+    V dxv, resv;
+    if (dres) resv = dres[vi];
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+      const float res = dres ? load_as_compute(resv.v[e]) : 0.0f;
+      dxv.v[e] = store_from_compute<T>(rs * (ee[e] * wv[e] - c1 - xh[e] * c2) + res);
+    }
+    dx[vi] = dxv;
+  }
+  // fold the row groups of the warp: lanes sub, sub + LPR, ... hold the same columns
+#pragma unroll
+  for (int e = 0; e < n; ++e)
+#pragma unroll
+    for (int offset = LPR; offset < kWarp; offset *= 2) {
+      aw[e] += __shfl_xor_sync(0xffffffffu, aw[e], offset);
+      ab[e] += __shfl_xor_sync(0xffffffffu, ab[e], offset);
+    }
+  if (grp == 0)
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+      smem_partial[warp * nacc * L + sub * n + e] = aw[e];
+      if (p.bias) smem_partial[warp * nacc * L + L + sub * n + e] = ab[e];
+    }
+  __syncthreads();
+  float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
+  for (int64_t k = threadIdx.x; k < nacc * L; k += blockDim.x) {
+    float sum = 0.0f;
+    for (int v = 0; v < nwarps; ++v) sum += smem_partial[v * nacc * L + k];
+    scratch[slot * nacc * L + k] = sum;
+  }
+}
+
+// Lanes a row for the register paths: L / n when it is a power of two below 32 (n: 16 bytes
+// of T), 32 when L is 32 n times 1..kNormVecMax; 0 otherwise.
+template <class T>
+int lanes_per_row(int64_t L) {
+  constexpr int64_t n = Vec16<T>::n;
+  if (L % n != 0) return 0;
+  const int64_t v = L / n;
+  if (v < kWarp && (v & (v - 1)) == 0) return static_cast<int>(v);
+  return v % kWarp == 0 && v / kWarp <= kNormVecMax ? kWarp : 0;
+}
+
 __global__ void norm_weight_reduce(NormParams p, int64_t slices) {
   const float* scratch = static_cast<const float*>(p.scratch);  // [G, acc, L]
   const int64_t L = p.len, P = p.period;
@@ -289,9 +490,23 @@ __global__ void norm_weight_reduce(NormParams p, int64_t slices) {
 
 template <class T>
 void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
+  const int lpr = lanes_per_row<T>(p.len);
   if (pass == NormPass::forward) {
-    auto kernel = norm_forward_rows<T>;
     const int threads = kForwardWarps * kWarp;
+    if (lpr > 0 && aligned16(p.x) && aligned16(p.y) && (!p.gate || aligned16(p.g))) {
+      const dim3 grid = grid_for((p.rows + kWarp / lpr - 1) / (kWarp / lpr) * kWarp, threads);
+      auto run = [&](auto kernel) { LT_LAUNCH(kernel, grid, threads, 0, stream, p); };
+      switch (lpr) {
+        case 1: run(norm_forward_rows_vec<T, 1, 1>); break;
+        case 2: run(norm_forward_rows_vec<T, 2, 1>); break;
+        case 4: run(norm_forward_rows_vec<T, 4, 1>); break;
+        case 8: run(norm_forward_rows_vec<T, 8, 1>); break;
+        case 16: run(norm_forward_rows_vec<T, 16, 1>); break;
+        default: run(norm_forward_rows_vec<T, kWarp, kNormVecMax>); break;
+      }
+      return;
+    }
+    auto kernel = norm_forward_rows<T>;
     LT_LAUNCH(kernel, grid_for(p.rows * kWarp, threads), threads, 0, stream, p);
     return;
   }
@@ -303,10 +518,21 @@ void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
   const bool in_smem = warps * partial_bytes <= kPartialSmemBytes;
   const size_t smem = in_smem ? static_cast<size_t>(warps * partial_bytes) : 0;
   constexpr int64_t per_vec = kWarp * Vec16<T>::n;  // elements a warp covers per vector step
-  const bool vec = in_smem && p.len % per_vec == 0 && p.len / per_vec <= kNormVecMax && aligned16(p.x) &&
-                   aligned16(p.dy) && aligned16(p.dx) && (!p.dres || aligned16(p.dres)) &&
-                   (!p.gate || (aligned16(p.g) && aligned16(p.dg)));
-  if (vec) {
+  const bool vec_operands = in_smem && aligned16(p.x) && aligned16(p.dy) && aligned16(p.dx) &&
+                            (!p.dres || aligned16(p.dres)) && (!p.gate || (aligned16(p.g) && aligned16(p.dg)));
+  const bool vec = vec_operands && p.len % per_vec == 0 && p.len / per_vec <= kNormVecMax;
+  const bool grouped = vec_operands && lpr > 0 && lpr < kWarp;
+  if (grouped) {
+    const dim3 grid(static_cast<unsigned>(slots));
+    auto run = [&](auto kernel) { LT_LAUNCH(kernel, grid, warps * kWarp, smem, stream, p, slices); };
+    switch (lpr) {
+      case 1: run(norm_backward_rows_grouped<T, 1>); break;
+      case 2: run(norm_backward_rows_grouped<T, 2>); break;
+      case 4: run(norm_backward_rows_grouped<T, 4>); break;
+      case 8: run(norm_backward_rows_grouped<T, 8>); break;
+      default: run(norm_backward_rows_grouped<T, 16>); break;
+    }
+  } else if (vec) {
     auto rows_kernel = norm_backward_rows_vec<T, kNormVecMax>;
     LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices);
   } else {

@@ -2,7 +2,7 @@
 // and bf16, odd row lengths and row counts (L = 100, rows not a multiple of a block's
 // warps), model-sized shapes with many weight-gradient slots, rows long enough for the
 // backward's global-memory partials (L = 6200) and rows of its register path (L = 256, 512,
-// 768). Outputs and scratch NaN-poisoned through the allocator's poison mode, so an
+// 768) and of its grouped register path (L = 8 .. 128: 1 to 16 lanes a row). Outputs and scratch NaN-poisoned through the allocator's poison mode, so an
 // unwritten element fails. The weight gradients start from
 // the same random values on both sides (they are accumulated). Also: bit-identical results
 // run to run on the device. Runs only with a GPU (the cuda test main exits 77 otherwise).
@@ -30,9 +30,12 @@ double act_tol(DType dt) { return dt == DType::f32 ? 1e-5 : 8e-3; }
 constexpr double kParamTol = 1e-5;
 
 std::vector<Shape> shapes_for(NormForm f) {
-  // L = 256, 512, 768: rows that fit the backward's register path (kernels/cuda/norm.cu)
-  if (f == NormForm::group) return {{3, 37, 3, 20}, {2, 129, 12, 64}, {2, 5, 2, 6200}, {2, 33, 4, 256}};
-  std::vector<Shape> s = {{2, 37, 100}, {4, 129, 768}, {3, 7, 6200}, {2, 33, 512}};
+  // L = 256, 512, 768: rows that fit the backward's register path (kernels/cuda/norm.cu);
+  // L = 8, 16, 32, 64, 128: rows of 1..16 lanes (bf16; twice that in f32), the grouped paths
+  if (f == NormForm::group)
+    return {{3, 37, 3, 20}, {2, 129, 12, 64}, {2, 5, 2, 6200}, {2, 33, 4, 256}, {2, 37, 3, 32}, {2, 9, 5, 8}};
+  std::vector<Shape> s = {{2, 37, 100}, {4, 129, 768}, {3, 7, 6200}, {2, 33, 512},
+                          {5, 41, 64},  {3, 19, 16},   {2, 33, 128}};
   if (f == NormForm::gated) s.push_back({8, 512, 12, 64});  // KDA's o_norm at B = 8, T = 512
   return s;
 }
