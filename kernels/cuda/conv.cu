@@ -33,9 +33,10 @@ constexpr int64_t kMaxGridY = 65535;
 static_assert(kConvTileT % kSub == 0, "a slot is a whole number of sub-tiles");
 
 __device__ __forceinline__ float silu_of(float a) { return a / (1.0f + expf(-a)); }
-// d silu(a) / da = s (1 + a (1 - s)), s = sigmoid(a)
+// d silu(a) / da = s (1 + a (1 - s)), s = sigmoid(a); the fast exponential and reciprocal
+// (a few ulp: the gradient, not a stored activation, and far inside bf16's rounding)
 __device__ __forceinline__ float silu_grad(float a) {
-  const float s = 1.0f / (1.0f + expf(-a));
+  const float s = __frcp_rn(1.0f + __expf(-a));
   return s * (1.0f + a * (1.0f - s));
 }
 
@@ -81,7 +82,7 @@ __device__ __forceinline__ void load_rows(const T* xb, int64_t t_first, int64_t 
   }
 }
 
-template <class T, int V, int W>
+template <class T, int V, int W, bool Pos>
 __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvParams p) {
   const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * kGroupsX + threadIdx.x) * V;
   if (c0 >= p.C) return;
@@ -94,8 +95,8 @@ __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvPa
     if (t0 >= T_) continue;
     const T* xb = static_cast<const T*>(p.x) + b * T_ * C + c0;  // x[b, t, c0] = xb[t * C]
     T* yb = static_cast<T*>(p.y) + b * T_ * C + c0;
-    const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
-    float xs[kSub + W - 1][V];                             // xs[i] = x[t0 - W + 1 + i]
+    const int32_t* pb = Pos && p.pos ? p.pos + b * T_ : nullptr;  // row b's document positions
+    float xs[kSub + W - 1][V];                                    // xs[i] = x[t0 - W + 1 + i]
     load_rows<T, V, kSub + W - 1>(xb, t0 - W + 1, T_, C, xs);
 #pragma unroll
     for (int i = 0; i < kSub; ++i) {
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_forward_tiles(ConvPa
   }
 }
 
-template <class T, int V, int W>
+template <class T, int V, int W, bool Pos>
 __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_backward_tiles(ConvParams p) {
   constexpr int E = kSub + W - 1;  // rows t0 .. t0 + E - 1 whose da the sub-tile's dx reads
   __shared__ float part_s[kSubTiles][kGroupsX * V * W];
@@ -137,10 +138,10 @@ __global__ void __launch_bounds__(kGroupsX* kSubTiles) conv_backward_tiles(ConvP
       const T* xb = static_cast<const T*>(p.x) + b * T_ * C + c0;
       const T* dyb = static_cast<const T*>(p.dy) + b * T_ * C + c0;
       T* dxb = static_cast<T*>(p.dx) + b * T_ * C + c0;
-      const int32_t* pb = p.pos ? p.pos + b * T_ : nullptr;
-      float xs[E + W - 1][V];  // xs[i] = x[t0 - W + 1 + i]
-      float da[E][V];          // da[e] = dy[t0 + e] silu'(a[t0 + e]); 0 past the row's end
-      int since[E];            // pos[t0 + e]: the taps of a[t0 + e] count up to this lag
+      const int32_t* pb = Pos && p.pos ? p.pos + b * T_ : nullptr;  // null: one document a row
+      float xs[E + W - 1][V];                                       // xs[i] = x[t0 - W + 1 + i]
+      float da[E][V];  // da[e] = dy[t0 + e] silu'(a[t0 + e]); 0 past the row's end
+      int since[E];    // pos[t0 + e]: the taps of a[t0 + e] count up to this lag
       load_rows<T, V, E + W - 1>(xb, t0 - W + 1, T_, C, xs);
 #pragma unroll
       for (int e = 0; e < E; ++e) {
@@ -236,7 +237,7 @@ bool packs_fit(const ConvParams& p, ConvPass pass, int V) {
   return pass == ConvPass::forward ? ok(p.y) : ok(p.dy) && ok(p.dx);
 }
 
-template <class T, int V, int W>
+template <class T, int V, int W, bool Pos>
 void launch_width(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
   const int64_t slots = conv_weight_slots(p.B, p.T);
   const int64_t groups = (p.C + V - 1) / V;
@@ -244,35 +245,39 @@ void launch_width(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
                   static_cast<unsigned>(slots < kMaxGridY ? slots : kMaxGridY));
   const dim3 block(kGroupsX, kSubTiles);
   if (pass == ConvPass::forward) {
-    auto kernel = conv_forward_tiles<T, V, W>;
+    auto kernel = conv_forward_tiles<T, V, W, Pos>;
     LT_LAUNCH(kernel, grid, block, 0, stream, p);
     return;
   }
-  auto kernel = conv_backward_tiles<T, V, W>;
+  auto kernel = conv_backward_tiles<T, V, W, Pos>;
   LT_LAUNCH(kernel, grid, block, 0, stream, p);
   const auto reduce_blocks = static_cast<unsigned>((p.C * p.W + 31) / 32);
   LT_LAUNCH(conv_weight_reduce, dim3(reduce_blocks), dim3(32 * kReduceWarps), 0, stream, p, slots);
 }
 
-template <class T, int V>
+template <class T, int V, bool Pos>
 void launch_vec(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
   switch (p.W) {
-    case 1: launch_width<T, V, 1>(pass, p, stream); break;
-    case 2: launch_width<T, V, 2>(pass, p, stream); break;
-    case 3: launch_width<T, V, 3>(pass, p, stream); break;
-    case 4: launch_width<T, V, 4>(pass, p, stream); break;
-    case 5: launch_width<T, V, 5>(pass, p, stream); break;
-    case 6: launch_width<T, V, 6>(pass, p, stream); break;
-    case 7: launch_width<T, V, 7>(pass, p, stream); break;
-    case 8: launch_width<T, V, 8>(pass, p, stream); break;
+    case 1: launch_width<T, V, 1, Pos>(pass, p, stream); break;
+    case 2: launch_width<T, V, 2, Pos>(pass, p, stream); break;
+    case 3: launch_width<T, V, 3, Pos>(pass, p, stream); break;
+    case 4: launch_width<T, V, 4, Pos>(pass, p, stream); break;
+    case 5: launch_width<T, V, 5, Pos>(pass, p, stream); break;
+    case 6: launch_width<T, V, 6, Pos>(pass, p, stream); break;
+    case 7: launch_width<T, V, 7, Pos>(pass, p, stream); break;
+    case 8: launch_width<T, V, 8, Pos>(pass, p, stream); break;
     default: throw std::invalid_argument("conv: width " + std::to_string(p.W) + " outside 1..8");
   }
 }
 
 template <class T>
 void launch_conv(ConvPass pass, const ConvParams& p, cudaStream_t stream) {
-  if (packs_fit<T>(p, pass, 4)) launch_vec<T, 4>(pass, p, stream);
-  else launch_vec<T, 1>(pass, p, stream);
+  // Without document positions every tap counts: the packed path compiles that in (Pos
+  // false: pb is a constant null, no position loads, no per-tap test); the element path keeps
+  // the general form, which tests pb at run time.
+  if (!packs_fit<T>(p, pass, 4)) launch_vec<T, 1, true>(pass, p, stream);
+  else if (p.pos != nullptr) launch_vec<T, 4, true>(pass, p, stream);
+  else launch_vec<T, 4, false>(pass, p, stream);
 }
 
 }  // namespace
