@@ -15,6 +15,9 @@
 // gradient for its row.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
 
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/grid.h"
@@ -92,6 +95,32 @@ __device__ __forceinline__ void store_elems(T* z, int64_t j0, const T (&e)[P]) {
   else z[j0] = e[0];
 }
 
+// exp(x) for the rows' softmax: bf16 logits take the fast exponential (ex2.approx, a few ulp
+// of f32: far inside the gradient's bf16 rounding; the loss is a log of their sum); f32 and f64
+// logits the accurate one. The kernel is bound by these exponentials, not by memory.
+template <class T, class A>
+__device__ __forceinline__ A row_exp(A x) {
+  if constexpr (std::is_same_v<T, bfloat16>) return __expf(x);
+  else return math::exp(x);
+}
+
+// e[u] = g[u] rounded to T: bf16 pairs by the hardware's round-to-nearest-even conversion
+// (bit-identical to store_from_compute but for a NaN's payload), other types one by one.
+template <class T, class A, int P>
+__device__ __forceinline__ void round_pack(T (&e)[P], const A (&g)[P]) {
+  if constexpr (std::is_same_v<T, bfloat16> && P % 2 == 0) {
+#pragma unroll
+    for (int u = 0; u < P; u += 2) {
+      const __nv_bfloat162 h = __float22bfloat162_rn(make_float2(g[u], g[u + 1]));
+      e[u] = bfloat16::from_bits(__bfloat16_as_ushort(h.x));
+      e[u + 1] = bfloat16::from_bits(__bfloat16_as_ushort(h.y));
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < P; ++u) e[u] = store_from_compute<T>(g[u]);
+  }
+}
+
 // Storage T (f32, f64 or bf16), compute A = compute_t<T> (f32 for bf16): logits are read as
 // A, the gradient rounded to T once, the loss written as A.
 template <class T, class I, bool Aligned>
@@ -109,22 +138,29 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
     const bool bad = !ignored && (t < 0 || t >= p.V);
     const A z_t = (ignored || bad) ? A(0) : load_as_compute(z[t]);
 
-    // online max / sum over this thread's elements (rescaled when the max grows)
+    // online max / sum over this thread's elements: per step the pack's max first (its first
+    // index on a new maximum), the sum rescaled only when it grows, then one exp an element
     RowStats<A> mine{-static_cast<A>(INFINITY), A(0), kNoIndex};
     for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
       T e[P];
       load_elems<Aligned>(e, z, j0);
+      A v[P];
 #pragma unroll
-      for (int u = 0; u < P; ++u) {
-        const A v = load_as_compute(e[u]);
-        if (v > mine.max) {
-          mine.sum = mine.sum == A(0) ? A(1) : mine.sum * math::exp(mine.max - v) + A(1);
-          mine.max = v;
-          mine.index = j0 + u;
-        } else {
-          mine.sum += math::exp(v - mine.max);
-        }
+      for (int u = 0; u < P; ++u) v[u] = load_as_compute(e[u]);
+      A pmax = v[0];
+#pragma unroll
+      for (int u = 1; u < P; ++u) pmax = v[u] > pmax ? v[u] : pmax;
+      if (pmax > mine.max) {
+        int first = 0;
+#pragma unroll
+        for (int u = P - 1; u >= 0; --u)
+          if (v[u] == pmax) first = u;
+        mine.sum = mine.sum == A(0) ? A(0) : mine.sum * row_exp<T>(mine.max - pmax);
+        mine.max = pmax;
+        mine.index = j0 + first;
       }
+#pragma unroll
+      for (int u = 0; u < P; ++u) mine.sum += row_exp<T>(v[u] - mine.max);
     }
     const RowStats<A> row = block_row_stats(mine, stats_shared);
 
@@ -138,15 +174,16 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
       for (int64_t j0 = static_cast<int64_t>(tid) * P; j0 < p.V; j0 += static_cast<int64_t>(kRowThreads) * P) {
         T e[P];
         load_elems<Aligned>(e, z, j0);
+        A g[P];
 #pragma unroll
-        for (int u = 0; u < P; ++u) {
-          const int64_t j = j0 + u;
-          A g;
-          if (ignored) g = A(0);
-          else if (bad) g = nan;
-          else g = (math::exp(load_as_compute(e[u]) - row.max) * inv_sum - (j == t ? A(1) : A(0))) * scale;
-          e[u] = store_from_compute<T>(g);
-        }
+        for (int u = 0; u < P; ++u) g[u] = row_exp<T>(load_as_compute(e[u]) - row.max) * inv_sum;
+        if (static_cast<uint64_t>(t - j0) < static_cast<uint64_t>(P))  // the target is in this pack
+#pragma unroll
+          for (int u = 0; u < P; ++u)
+            if (j0 + u == t) g[u] -= A(1);
+#pragma unroll
+        for (int u = 0; u < P; ++u) g[u] = ignored ? A(0) : (bad ? nan : g[u] * scale);
+        round_pack(e, g);
         store_elems<Aligned>(z, j0, e);
       }
     }
