@@ -17,8 +17,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <cuda_bf16.h>
-
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/grid.h"
 #include "kernels/elementwise_ops.h"
@@ -97,28 +95,11 @@ __device__ __forceinline__ void store_elems(T* z, int64_t j0, const T (&e)[P]) {
 
 // exp(x) for the rows' softmax: bf16 logits take the fast exponential (ex2.approx, a few ulp
 // of f32: far inside the gradient's bf16 rounding; the loss is a log of their sum); f32 and f64
-// logits the accurate one. The kernel is bound by these exponentials, not by memory.
+// logits the accurate one (the accurate one left the bf16 kernel bound by its instructions).
 template <class T, class A>
 __device__ __forceinline__ A row_exp(A x) {
   if constexpr (std::is_same_v<T, bfloat16>) return __expf(x);
   else return math::exp(x);
-}
-
-// e[u] = g[u] rounded to T: bf16 pairs by the hardware's round-to-nearest-even conversion
-// (bit-identical to store_from_compute but for a NaN's payload), other types one by one.
-template <class T, class A, int P>
-__device__ __forceinline__ void round_pack(T (&e)[P], const A (&g)[P]) {
-  if constexpr (std::is_same_v<T, bfloat16> && P % 2 == 0) {
-#pragma unroll
-    for (int u = 0; u < P; u += 2) {
-      const __nv_bfloat162 h = __float22bfloat162_rn(make_float2(g[u], g[u + 1]));
-      e[u] = bfloat16::from_bits(__bfloat16_as_ushort(h.x));
-      e[u + 1] = bfloat16::from_bits(__bfloat16_as_ushort(h.y));
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < P; ++u) e[u] = store_from_compute<T>(g[u]);
-  }
 }
 
 // Storage T (f32, f64 or bf16), compute A = compute_t<T> (f32 for bf16): logits are read as
@@ -183,7 +164,8 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_rows(CrossEntropyPa
             if (j0 + u == t) g[u] -= A(1);
 #pragma unroll
         for (int u = 0; u < P; ++u) g[u] = ignored ? A(0) : (bad ? nan : g[u] * scale);
-        round_pack(e, g);
+#pragma unroll
+        for (int u = 0; u < P; ++u) e[u] = store_from_compute<T>(g[u]);
         store_elems<Aligned>(z, j0, e);
       }
     }
