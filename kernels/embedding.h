@@ -34,8 +34,12 @@ struct EmbeddingParams {
   // backward
   const void* dy = nullptr;      // [n, d], act_dtype
   void* dW = nullptr;            // [V, d], w_dtype
+  void* scratch = nullptr;       // CUDA backward: [2 V] i32, any contents (embedding_scratch_ints)
   DType w_dtype = DType::f32;    // f32 (f64 on the CPU)
   DType act_dtype = DType::f32;  // f32, bf16 (f64 on the CPU)
 };
+
+// The CUDA backward's scratch: per vocabulary row its first token and its token count.
+inline int64_t embedding_scratch_ints(int64_t V) { return 2 * V; }
 
 }  // namespace lt::kern

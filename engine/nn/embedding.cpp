@@ -84,6 +84,11 @@ void embedding_backward(const Tensor& dy, const Tensor& idx, Tensor& dW) {
   p.dW = dW.data_ptr();
   p.w_dtype = dW.dtype();
   p.act_dtype = dy.dtype();
+  Tensor scratch;  // CUDA: each occurring row's first token and count (kernels/embedding.h)
+  if (dW.device().is_cuda()) {
+    scratch = Tensor::empty({kern::embedding_scratch_ints(p.V)}, DType::i32, dW.device());
+    p.scratch = scratch.data_ptr();
+  }
   detail::Exec ex(dW.device());
   ex.k.embedding(kern::EmbeddingPass::backward, p, ex.stream);
 }

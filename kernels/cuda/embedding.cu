@@ -3,16 +3,17 @@
 //
 // Forward: one thread per output element, out[n, c] = W[idx[n], c].
 //
-// Backward (deterministic, no float atomics): one block per group of kRows vocabulary rows
-// and kCols columns. The block walks the whole index list in stages of kStage tokens; in
-// each stage its threads test their kPerThread consecutive tokens against the group's rows
-// and compact the matches, in token order, into shared memory (a block-wide exclusive
-// scan of the per-thread match counts); then every thread adds the matched dy values of its
-// columns into the group's accumulators (shared memory, [kRows, kCols] f32) in that order.
-// At the end each occurring row is added into dW once. Each dW element therefore gets
-// acc = sum of its dy values in token order, then one +=: the CPU's rule, bit for bit.
-// Every block reads the whole index list (n * V / kRows * d / kCols index reads, from L2):
-// cheap for the token counts of one step (n <= 64K) and simpler than a device sort.
+// Backward (deterministic, no float atomics), three launches over the tokens:
+//   1. reset: for each token's row v, first[v] = INT_MAX, count[v] = 0 (the scratch, [2 V]
+//      i32, arrives with any contents; only the occurring rows are touched);
+//   2. index: first[v] = min t (atomicMin), count[v] = number of its tokens (atomicAdd):
+//      integer atomics, so the results do not depend on the order;
+//   3. sum: one warp per (token t, tile of kColsBwd columns); the owner of row v is the warp
+//      of t = first[v]. It walks the tokens from t on in order, 32 kScanUnroll a step, adds the dy
+//      rows of v's tokens into registers until it has seen count[v] of them, then adds the
+//      sums into dW[v] once.
+// Each dW element therefore gets acc = sum of its dy values in token order, then one +=: the
+// CPU's rule, bit for bit. A row seen once costs its owner one window of indices.
 //
 // Index range: the kernels cannot throw. A bad index writes 0 (forward) or is skipped
 // (backward), and the kernel records the value in a host-mapped flag (pinned, zero-copy);
@@ -31,15 +32,11 @@
 namespace lt::kern::cuda {
 namespace {
 
-constexpr int kThreadsBwd = 128;  // one thread per column pair ...
-constexpr int kColsPerThread = 2;
-constexpr int kCols = kThreadsBwd * kColsPerThread;  // ... 256 columns per block
-constexpr int kRows = 32;                            // vocabulary rows per block
-constexpr int kPerThread = 16;                       // consecutive tokens tested per thread
-constexpr int kStage = kThreadsBwd * kPerThread;     // 2048 tokens per stage
-constexpr int kPrefetch = 8;                         // dy loads in flight before their adds
-// shared memory: acc 32 * 256 * 4 = 32 KiB, match lists 2048 * (2 + 1) = 6 KiB
-static_assert(kStage <= 65536, "match positions are stored as uint16");
+constexpr int kWarpsBwd = 8;                 // warps (tokens) per sum block
+constexpr int kColsPerLane = 8;              // columns lane, lane + 32, ... of the warp's tile
+constexpr int kColsBwd = 32 * kColsPerLane;  // 256 columns per warp
+constexpr int kScanUnroll = 4;               // index loads in flight per lane while walking
+constexpr int kNoToken = 0x7fffffff;         // first[v] before any token of v
 
 // The host-mapped bad-index record (pinned memory, visible to host and device).
 struct BadIndex {
@@ -97,94 +94,82 @@ __global__ void embedding_forward_kernel(EmbeddingParams p, BadIndex* bad) {
   }
 }
 
+// Pass 1: the scratch rows of the occurring rows to their empty state.
+template <class I>
+__global__ void embedding_reset_kernel(EmbeddingParams p) {
+  const I* idx = static_cast<const I*>(p.idx);
+  int* first = static_cast<int*>(p.scratch);
+  int* count = first + p.V;
+  for (int64_t t = global_thread(); t < p.n; t += grid_threads()) {
+    const int64_t v = static_cast<int64_t>(idx[t]);
+    if (v < 0 || v >= p.V) continue;
+    first[v] = kNoToken;
+    count[v] = 0;
+  }
+}
+
+// Pass 2: each occurring row's first token and token count; bad indices recorded and skipped.
+template <class I>
+__global__ void embedding_index_kernel(EmbeddingParams p, BadIndex* bad) {
+  const I* idx = static_cast<const I*>(p.idx);
+  int* first = static_cast<int*>(p.scratch);
+  int* count = first + p.V;
+  for (int64_t t = global_thread(); t < p.n; t += grid_threads()) {
+    const int64_t v = static_cast<int64_t>(idx[t]);
+    if (v < 0 || v >= p.V) {
+      record_bad_index(bad, v, p.V);
+      continue;
+    }
+    atomicMin(first + v, static_cast<int>(t));
+    atomicAdd(count + v, 1);
+  }
+}
+
+// Pass 3: the owner warp of each row sums its dy rows in token order and adds them into dW.
 template <class I, class A>
-__global__ void __launch_bounds__(kThreadsBwd) embedding_backward_kernel(EmbeddingParams p, BadIndex* bad) {
-  __shared__ float acc[kRows][kCols];     // 32 KiB: the group's row sums
-  __shared__ uint16_t match_pos[kStage];  // stage-relative token of each match
-  __shared__ uint8_t match_row[kStage];   // group-relative row of each match
-  __shared__ int warp_total[kThreadsBwd / 32];
-  __shared__ int touched[kRows];
+__global__ void __launch_bounds__(kWarpsBwd * 32) embedding_backward_kernel(EmbeddingParams p) {
   const I* idx = static_cast<const I*>(p.idx);
   const A* dy = static_cast<const A*>(p.dy);
   float* dW = static_cast<float*>(p.dW);
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t v_end = v0 + kRows < p.V ? v0 + kRows : p.V;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCols;
-  const bool reporter = blockIdx.x == 0 && blockIdx.y == 0;  // one block reports bad indices
-  for (int r = 0; r < kRows; ++r)
-    for (int j = 0; j < kColsPerThread; ++j) acc[r][tid + j * kThreadsBwd] = 0.0f;
-  if (tid < kRows) touched[tid] = 0;
-
-  for (int64_t t0 = 0; t0 < p.n; t0 += kStage) {
-    // 1. test this thread's kPerThread consecutive tokens
-    const int64_t first = t0 + static_cast<int64_t>(tid) * kPerThread;
-    uint32_t hit_mask = 0;
-    for (int k = 0; k < kPerThread; ++k) {
-      const int64_t t = first + k;
-      if (t >= p.n) break;
-      const int64_t v = static_cast<int64_t>(idx[t]);
-      if (reporter && (v < 0 || v >= p.V)) record_bad_index(bad, v, p.V);
-      if (v >= v0 && v < v_end) hit_mask |= 1u << k;
-    }
-    // 2. exclusive scan of the match counts over the block (warp scan, then warp totals)
-    const int count = __popc(hit_mask);
-    int inclusive = count;
-    for (int s = 1; s < 32; s *= 2) {
-      const int other = __shfl_up_sync(0xffffffffu, inclusive, s);
-      if (lane >= s) inclusive += other;
-    }
-    if (lane == 31) warp_total[warp] = inclusive;
-    __syncthreads();
-    int offset = inclusive - count, total = 0;
-    for (int w = 0; w < kThreadsBwd / 32; ++w) {
-      if (w < warp) offset += warp_total[w];
-      total += warp_total[w];
-    }
-    // 3. write this thread's matches in token order
-    for (int k = 0; k < kPerThread; ++k)
-      if (hit_mask & (1u << k)) {
-        const int64_t t = first + k;
-        const int row = static_cast<int>(static_cast<int64_t>(idx[t]) - v0);
-        match_pos[offset] = static_cast<uint16_t>(t - t0);
-        match_row[offset] = static_cast<uint8_t>(row);
-        touched[row] = 1;
-        ++offset;
-      }
-    __syncthreads();
-    // 4. add the matched dy values in order; kPrefetch loads are issued before their adds
-    for (int m0 = 0; m0 < total; m0 += kPrefetch) {
-      float val[kPrefetch][kColsPerThread];
-      int row[kPrefetch];
+  const int* first = static_cast<const int*>(p.scratch);
+  const int* count = first + p.V;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsBwd + (threadIdx.x >> 5);
+  if (t >= p.n) return;  // warp-uniform, as every exit below
+  const int64_t v = static_cast<int64_t>(idx[t]);
+  if (v < 0 || v >= p.V || first[v] != static_cast<int>(t)) return;  // bad, or not the owner
+  int remaining = count[v];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kColsBwd;
+  float acc[kColsPerLane];
 #pragma unroll
-      for (int u = 0; u < kPrefetch; ++u) {
-        row[u] = -1;
-        if (m0 + u < total) {
-          row[u] = match_row[m0 + u];
-          const A* g = dy + (t0 + match_pos[m0 + u]) * p.d;
+  for (int e = 0; e < kColsPerLane; ++e) acc[e] = 0.0f;
+  for (int64_t base = t; remaining > 0; base += 32 * kScanUnroll) {
+    bool match[kScanUnroll];
 #pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) {
-            const int64_t c = c0 + tid + j * kThreadsBwd;
-            val[u][j] = c < p.d ? static_cast<float>(load_as_compute(g[c])) : 0.0f;
-          }
+    for (int u = 0; u < kScanUnroll; ++u) {
+      const int64_t s = base + u * 32 + lane;
+      match[u] = s < p.n && static_cast<int64_t>(idx[s]) == v;
+    }
+#pragma unroll
+    for (int u = 0; u < kScanUnroll; ++u) {
+      uint32_t hits = __ballot_sync(0xffffffffu, match[u]);
+      remaining -= __popc(hits);
+      while (hits != 0u) {  // matches in increasing token order
+        const int j = __ffs(static_cast<int>(hits)) - 1;
+        hits &= hits - 1u;
+        const A* row = dy + (base + u * 32 + j) * p.d;
+#pragma unroll
+        for (int e = 0; e < kColsPerLane; ++e) {
+          const int64_t c = c0 + e * 32 + lane;
+          if (c < p.d) acc[e] += static_cast<float>(load_as_compute(row[c]));
         }
       }
-#pragma unroll
-      for (int u = 0; u < kPrefetch; ++u)
-        if (row[u] >= 0)
-#pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) acc[row[u]][tid + j * kThreadsBwd] += val[u][j];
     }
-    __syncthreads();  // the match lists and warp totals are rewritten by the next stage
   }
-
-  for (int r = 0; r < kRows; ++r) {
-    if (!touched[r]) continue;
-    const int64_t v = v0 + r;
-    for (int j = 0; j < kColsPerThread; ++j) {
-      const int64_t c = c0 + tid + j * kThreadsBwd;
-      if (c < p.d) dW[v * p.d + c] += acc[r][tid + j * kThreadsBwd];
-    }
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) {
+    const int64_t c = c0 + e * 32 + lane;
+    if (c < p.d) dW[v * p.d + c] += acc[e];
   }
 }
 
@@ -198,10 +183,14 @@ void run(EmbeddingPass pass, const EmbeddingParams& p, cudaStream_t stream) {
       auto kernel = embedding_forward_kernel<I, float, A>;
       LT_LAUNCH(kernel, grid_for(p.n * p.d), kThreads, 0, stream, p, bad);
     } else {
-      const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows),
-                      static_cast<unsigned>((p.d + kCols - 1) / kCols));
+      if (p.scratch == nullptr) throw std::invalid_argument("embedding backward (cuda): no scratch (2 V i32)");
+      if (p.n > kNoToken) throw std::invalid_argument("embedding backward (cuda): more than 2^31 - 1 tokens");
+      LT_LAUNCH(embedding_reset_kernel<I>, grid_for(p.n), kThreads, 0, stream, p);
+      LT_LAUNCH(embedding_index_kernel<I>, grid_for(p.n), kThreads, 0, stream, p, bad);
+      const dim3 grid(static_cast<unsigned>((p.n + kWarpsBwd - 1) / kWarpsBwd),
+                      static_cast<unsigned>((p.d + kColsBwd - 1) / kColsBwd));
       auto kernel = embedding_backward_kernel<I, A>;
-      LT_LAUNCH(kernel, grid, kThreadsBwd, 0, stream, p, bad);
+      LT_LAUNCH(kernel, grid, kWarpsBwd * 32, 0, stream, p);
     }
   });
 }

@@ -1,6 +1,6 @@
 // Token embedding on CUDA against the CPU on the same random inputs: forward and the
-// deterministic backward are bit-identical (same accumulation rule), over several index
-// stages, column blocks and a partial last row group; fresh outputs NaN-poisoned; bad
+// deterministic backward are bit-identical (same accumulation rule), with a hot row, rows
+// that never occur and a partial column tile; fresh outputs NaN-poisoned; bad
 // indices reported by the next call.
 #include <catch2/catch.hpp>
 
@@ -34,8 +34,8 @@ Tensor make_indices(int64_t n, int64_t V, DType dt, uint64_t seed) {
 
 TEST_CASE("cuda embedding matches the CPU bit for bit", "[nn][embedding][cuda]") {
   PoisonScope poison;
-  // d = 300: two column blocks, the second partial; V = 1001: the last row group partial;
-  // n = 4500: three index stages.
+  // d = 300: two column tiles, the second partial; n = 4500: a hot row (900 occurrences, the
+  // first at t = 0) and rows first seen late, in scans longer than one 128-token step.
   const int64_t V = 1001, d = 300, n = 4500;
   for (DType idx_dt : {DType::i32, DType::i64}) {
     INFO(dtype_name(idx_dt));
