@@ -253,12 +253,14 @@ __global__ void norm_backward_rows(NormParams p, int64_t slices, bool partials_i
   }
 }
 
-// norm_backward_rows for rows that fit a warp's registers: L = nv 32 n (n = 16 bytes of T,
-// nv <= NV) and every row operand 16-byte aligned. Lane l holds vectors k 32 + l (k < nv) of x,
+// norm_backward_rows for rows that fit a warp's registers: L = NV 32 n (n = 16 bytes of T)
+// and every row operand 16-byte aligned. Lane l holds vectors k 32 + l (k < NV) of x,
 // dy (and g), read once with 16-byte loads; both passes run from the registers and dx (dg)
 // leave as 16-byte stores. Partials always in shared memory. Same math, same slots.
-template <class T, int NV>
-__global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
+// Two blocks an SM: a cap for three spills at 768 bf16 columns and measured slower
+// (docs/notes-step.md).
+template <class T, int NV, bool kGate>
+__global__ void __launch_bounds__(kBackwardWarps* kWarp, 2) norm_backward_rows_vec(NormParams p, int64_t slices) {
   using V = Vec16<T>;
   constexpr int n = V::n;
   extern __shared__ float smem_partial[];  // [warps, acc, L]
@@ -275,13 +277,16 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
   float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   const int64_t L = p.len, P = p.period;
-  const int nv = static_cast<int>(L / (kWarp * n));  // vectors per lane
-  const int64_t rowv = L / n;                        // vectors per row
+  constexpr int nv = NV;       // vectors per lane
+  const int64_t rowv = L / n;  // vectors per row
   const int64_t nacc = p.bias ? 2 : 1;
   const int64_t slot = blockIdx.x, h = slot % P, s = slot / P;
   const float inv_len = 1.0f / static_cast<float>(L);
-  float* acc_w = smem_partial + warp * nacc * L;  // [L]
-  float* acc_b = acc_w + L;                       // [L] (bias)
+  // A warp's partials hold column j = v n + e (vector v, element e) at e rowv + v: the lanes
+  // of one update touch consecutive words (at j itself, lane l's n-column stride made every
+  // read-modify-write an n-way bank conflict).
+  float* acc_w = smem_partial + warp * nacc * L;
+  float* acc_b = acc_w + L;  // (bias)
   for (int64_t j = lane; j < nacc * L; j += kWarp) acc_w[j] = 0.0f;
   __syncwarp();  // the lanes zeroed other columns than they accumulate below
   const int64_t per_head = p.rows / P;
@@ -296,7 +301,7 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
       if (k < nv) {
         xv[k] = x[r * rowv + k * kWarp + lane];
         dyv[k] = dy[r * rowv + k * kWarp + lane];
-        if (p.gate) gv[k] = g[r * rowv + k * kWarp + lane];
+        if (kGate) gv[k] = g[r * rowv + k * kWarp + lane];
       }
     const float mu = p.center ? mean[r] : 0.0f;
     const float rs = rstd[r];
@@ -310,7 +315,7 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
         const int64_t j = (k * kWarp + lane) * n + e;
         const float xh = (load_as_compute(xv[k].v[e]) - mu) * rs;
         float ee = load_as_compute(dyv[k].v[e]);
-        if (p.gate) {
+        if (kGate) {
           const float sg = sigmoidf(load_as_compute(gv[k].v[e]));
           const float pre = xh * wh[j] + (p.bias ? bh[j] : 0.0f);
           dgv.v[e] = store_from_compute<T>(ee * pre * sg * (1.0f - sg));
@@ -319,10 +324,11 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
         const float d = ee * wh[j];
         sum_d += d;
         sum_dxh += d * xh;
-        acc_w[j] += ee * xh;
-        if (p.bias) acc_b[j] += ee;
+        const int64_t at = e * rowv + k * kWarp + lane;
+        acc_w[at] += ee * xh;
+        if (p.bias) acc_b[at] += ee;
       }
-      if (p.gate) dg[r * rowv + k * kWarp + lane] = dgv;
+      if (kGate) dg[r * rowv + k * kWarp + lane] = dgv;
     }
     const float c1 = p.center ? warp_sum(sum_d) * inv_len : 0.0f;
     const float c2 = warp_sum(sum_dxh) * inv_len;
@@ -336,7 +342,7 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
         const int64_t j = (k * kWarp + lane) * n + e;
         const float xh = (load_as_compute(xv[k].v[e]) - mu) * rs;
         float ee = load_as_compute(dyv[k].v[e]);
-        if (p.gate) ee *= sigmoidf(load_as_compute(gv[k].v[e]));
+        if (kGate) ee *= sigmoidf(load_as_compute(gv[k].v[e]));
         const float res = dres ? load_as_compute(resv.v[e]) : 0.0f;
         dxv.v[e] = store_from_compute<T>(rs * (ee * wh[j] - c1 - xh * c2) + res);
       }
@@ -344,10 +350,13 @@ __global__ void norm_backward_rows_vec(NormParams p, int64_t slices) {
     }
   }
   __syncthreads();
-  for (int64_t k = threadIdx.x; k < nacc * L; k += blockDim.x) {
+  // The warps' partials summed in warp order; element i (acc a, element e, vector v) is column
+  // v n + e of the slot's [acc, L] scratch row.
+  for (int64_t i = threadIdx.x; i < nacc * L; i += blockDim.x) {
     float sum = 0.0f;
-    for (int v = 0; v < nwarps; ++v) sum += smem_partial[v * nacc * L + k];
-    scratch[slot * nacc * L + k] = sum;
+    for (int v = 0; v < nwarps; ++v) sum += smem_partial[v * nacc * L + i];
+    const int64_t a = i / L, e = (i % L) / rowv, vec = (i % L) % rowv;
+    scratch[slot * nacc * L + a * L + vec * n + e] = sum;
   }
 }
 
@@ -533,8 +542,20 @@ void launch_norm(NormPass pass, const NormParams& p, cudaStream_t stream) {
       default: run(norm_backward_rows_grouped<T, 16>); break;
     }
   } else if (vec) {
-    auto rows_kernel = norm_backward_rows_vec<T, kNormVecMax>;
-    LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices);
+    const dim3 grid(static_cast<unsigned>(slots));
+    auto run = [&](auto kernel) { LT_LAUNCH(kernel, grid, warps * kWarp, smem, stream, p, slices); };
+    // the vectors a lane holds and the gate compiled in: registers decide the blocks an SM holds
+    auto pick = [&](auto gate) {
+      constexpr bool G = decltype(gate)::value;
+      switch (p.len / per_vec) {
+        case 1: run(norm_backward_rows_vec<T, 1, G>); break;
+        case 2: run(norm_backward_rows_vec<T, 2, G>); break;
+        case 3: run(norm_backward_rows_vec<T, 3, G>); break;
+        default: run(norm_backward_rows_vec<T, 4, G>); break;
+      }
+    };
+    if (p.gate) pick(std::true_type{});
+    else pick(std::false_type{});
   } else {
     auto rows_kernel = norm_backward_rows<T>;
     LT_LAUNCH(rows_kernel, dim3(static_cast<unsigned>(slots)), warps * kWarp, smem, stream, p, slices, in_smem);
