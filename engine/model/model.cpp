@@ -70,9 +70,18 @@ struct Model::Impl {
   int64_t num_params = 0;
   optim::AdamWArenas arenas;
   // What the step computes with (views into the arenas, made once).
-  std::vector<ParamMap> w, g;               // per layer, names relative to the layer prefix
-  Tensor emb_w, emb_g;                      // [V, d] f32 master (the embedding gathers from it) and grad
-  Tensor head_w, head_g;                    // [V, d] the LM head's GEMM weight (bf16 shadow in bf16) and grad
+  std::vector<ParamMap> w, g;  // per layer, names relative to the layer prefix
+  Tensor emb_w, emb_g;         // [V, d] f32 master (the embedding gathers from it) and grad
+  Tensor head_w, head_g;       // [V, d] the LM head's GEMM weight (bf16 shadow in bf16) and grad
+  // zero_grad leaves an untied LM head's gradient as it is and sets this: the next backward's
+  // head GEMM overwrites it (beta 0: no fill, no read of the old values); a read before that
+  // zeroes it first (settle_head_grad).
+  bool head_grad_stale = false;
+  void settle_head_grad() {
+    if (!head_grad_stale) return;
+    head_g.zero_();
+    head_grad_stale = false;
+  }
   Tensor norm_w, norm_b, norm_gw, norm_gb;  // [d] final norm (bias: RWKV6 only)
 
   Tensor view_of(const Tensor& arena, size_t i) const {
@@ -243,8 +252,14 @@ DType Model::activation_dtype() const { return impl_->act_dtype; }
 const std::vector<ParamSpec>& Model::specs() const { return impl_->specs; }
 int64_t Model::num_params() const { return impl_->num_params; }
 Tensor Model::param(const std::string& fla_name) const { return impl_->param(fla_name); }
-Tensor Model::grad(const std::string& fla_name) const { return impl_->grad(fla_name); }
-optim::AdamWArenas& Model::arenas() { return impl_->arenas; }
+Tensor Model::grad(const std::string& fla_name) const {
+  impl_->settle_head_grad();
+  return impl_->grad(fla_name);
+}
+optim::AdamWArenas& Model::arenas() {
+  impl_->settle_head_grad();
+  return impl_->arenas;
+}
 ParamRange Model::param_range(const std::string& fla_name) const {
   const size_t i = impl_->index_of(fla_name);
   return {impl_->offsets[i], shape_numel(impl_->specs[i].shape)};
@@ -259,7 +274,19 @@ void Model::init_weights(uint64_t seed) {
   refresh_shadow();
 }
 
-void Model::zero_grad() { impl_->arenas.grads.zero_(); }
+void Model::zero_grad() {
+  Impl& m = *impl_;
+  if (m.cfg.tie_embeddings) {  // the head's gradient is the embedding's: both passes add into it
+    m.arenas.grads.zero_();
+    return;
+  }
+  // Everything but the LM head's gradient, which the next backward overwrites.
+  const size_t head = m.index_of("lm_head.weight");
+  const int64_t begin = m.offsets[head], end = begin + shape_numel(m.specs[head].shape), P = m.arenas.grads.numel();
+  if (begin > 0) m.arenas.grads.narrow(0, 0, begin).zero_();
+  if (end < P) m.arenas.grads.narrow(0, end, P - end).zero_();
+  m.head_grad_stale = true;
+}
 
 void Model::refresh_shadow() {
   if (impl_->arenas.params_bf16.defined()) impl_->arenas.params_bf16.copy_(impl_->arenas.params);
@@ -292,7 +319,9 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
     nn::LmHeadLossArgs args;
     args.inv_count = inv_count;
     args.inv_count_at = inv_count_at;
+    args.overwrite_dW = m.head_grad_stale;
     nn::lm_head_cross_entropy_backward(y.view({N, d}), m.head_w, targets.reshape({N}), args, loss_accum, dy, m.head_g);
+    m.head_grad_stale = false;
   }
   y = Tensor();
   StageScope bwd("bwd");
@@ -406,6 +435,7 @@ std::vector<io::NamedTensor> Model::named_params() const {
 }
 
 std::vector<io::NamedTensor> Model::named_grads() const {
+  impl_->settle_head_grad();
   std::vector<io::NamedTensor> out;
   for (size_t a : impl_->fla_order) out.push_back({impl_->specs[a].name, impl_->view_of(impl_->arenas.grads, a)});
   return out;

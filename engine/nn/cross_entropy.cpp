@@ -122,7 +122,10 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
     throw std::invalid_argument(std::string(op) + ": dW must be a contiguous " + dtype_name(s.accum) + " " +
                                 shape_str(W.shape()) + " on x's device, got " + shape_str(dW.shape()) + " " +
                                 dtype_name(dW.dtype()));
-  if (s.N == 0) return;
+  if (s.N == 0) {
+    if (args.overwrite_dW) dW.zero_();
+    return;
+  }
   const Tensor tgt = targets.contiguous();
   const int64_t chunk = std::min(args.chunk_tokens, s.N);
   Tensor logits_buf = Tensor::empty({chunk, s.V}, s.logits, x.device());  // [chunk, V]
@@ -136,8 +139,9 @@ void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tens
     run_rows(logits, tgt.narrow(0, c0, n), args, loss_c, nullptr, true);
     const Tensor& dlogits = logits;
     Tensor dxc = dx.narrow(0, c0, n);
-    ops::matmul_out(dxc, dlogits, W);                         // [n, V] x [V, d]
-    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, 1.0);  // [V, n] x [n, d], +=
+    ops::matmul_out(dxc, dlogits, W);                              // [n, V] x [V, d]
+    const double beta = args.overwrite_dW && c0 == 0 ? 0.0 : 1.0;  // the first chunk overwrites
+    ops::matmul_out(dW, dlogits, xc, true, false, 1.0, beta);      // [V, n] x [n, d], +=
   }
   accumulate_loss(row_loss, args, loss_accum);
 }

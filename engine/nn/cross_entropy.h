@@ -31,10 +31,12 @@ struct LmHeadLossArgs {
   // inv_count (a CUDA graph replays the step with each step's scale).
   Tensor inv_count_at;
   int64_t chunk_tokens = 4096;  // rows of logits materialised at once
+  // Training: dW = d loss / dW, its old contents neither read nor kept (else dW +=).
+  bool overwrite_dW = false;
 };
 
 // Training: loss_accum += loss, dx = d loss / dx ([N, d], x's dtype), dW += d loss / dW
-// (dW f32 [V, d], or f64 for f64 x).
+// (dW f32 [V, d], or f64 for f64 x; = with args.overwrite_dW).
 void lm_head_cross_entropy_backward(const Tensor& x, const Tensor& W, const Tensor& targets, const LmHeadLossArgs& args,
                                     Tensor& loss_accum, Tensor& dx, Tensor& dW);
 
