@@ -139,6 +139,18 @@ __global__ void fill_kernel(IterParams p, T value) {
   }
 }
 
+// Dense fill: thread i stores vector i, the tail (< n elements) goes to the first threads.
+template <class T>
+__global__ void fill_dense_kernel(T* out, int64_t numel, T value) {
+  using V = Vec16<T>;
+  V vv;
+#pragma unroll
+  for (int e = 0; e < V::n; ++e) vv.v[e] = value;
+  const int64_t nvec = numel / V::n;
+  for (int64_t i = global_thread(); i < nvec; i += grid_threads()) reinterpret_cast<V*>(out)[i] = vv;
+  for (int64_t i = nvec * V::n + global_thread(); i < numel; i += grid_threads()) out[i] = value;
+}
+
 }  // namespace
 
 void binary(BinaryOp op, DType dtype, const IterParams& p, uintptr_t stream) {
@@ -200,6 +212,13 @@ void fill(DType dtype, const IterParams& p, double value, uintptr_t stream) {
   if (p.numel == 0) return;
   visit_dtype(dtype, [&](auto t) {
     using T = decltype(t);
+    if (dense_aligned(p, 1)) {
+      auto kernel = fill_dense_kernel<T>;
+      const int64_t work = p.numel / Vec16<T>::n > 0 ? p.numel / Vec16<T>::n : p.numel;
+      LT_LAUNCH(kernel, grid_for(work), kThreads, 0, as_stream(stream), static_cast<T*>(p.data[0]), p.numel,
+                element_from_double<T>(value));
+      return;
+    }
     auto kernel = fill_kernel<T>;
     LT_LAUNCH(kernel, grid_for(p.numel), kThreads, 0, as_stream(stream), p, element_from_double<T>(value));
   });

@@ -147,6 +147,7 @@ TEST_CASE("cuda: dense elementwise ops (16-byte vector path) match the CPU at ev
           "[engine][cuda]") {
   // Lengths around the vector width (8 bf16, 4 f32, 2 f64) and one long enough for the
   // grid-stride loop; offsets 0 (aligned: the vector path) and 1 (misaligned: the scalar path).
+  // Binary, unary and fill.
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     for (int64_t n : {1, 7, 8, 9, 17, 4099, 1 << 20}) {
       for (int64_t off : {0, 1}) {
@@ -167,6 +168,12 @@ TEST_CASE("cuda: dense elementwise ops (16-byte vector path) match the CPU at ev
                 Tensor z = part(t[0]).clone();
                 ops::unary_out(ops::UnaryOp::neg, z, z);
                 return ops::add(y, z);
+              }) == 0.0);
+        CHECK(gpu_vs_cpu({a}, [&](const std::vector<Tensor>& t) {  // the element outside the view kept
+                Tensor acc = t[0].clone();
+                Tensor view = part(acc);
+                view.fill_(-2.5);
+                return acc;
               }) == 0.0);
       }
     }
