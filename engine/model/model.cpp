@@ -15,6 +15,7 @@
 #include "engine/model/precision_scope.h"
 #include "engine/nn/cross_entropy.h"
 #include "engine/nn/embedding.h"
+#include "engine/nn/linear.h"
 #include "engine/nn/norm.h"
 #include "engine/ops.h"
 #include "kernels/launch.h"
@@ -73,14 +74,16 @@ struct Model::Impl {
   std::vector<ParamMap> w, g;  // per layer, names relative to the layer prefix
   Tensor emb_w, emb_g;         // [V, d] f32 master (the embedding gathers from it) and grad
   Tensor head_w, head_g;       // [V, d] the LM head's GEMM weight (bf16 shadow in bf16) and grad
-  // zero_grad leaves an untied LM head's gradient as it is and sets this: the next backward's
-  // head GEMM overwrites it (beta 0: no fill, no read of the old values); a read before that
-  // zeroes it first (settle_head_grad).
-  bool head_grad_stale = false;
-  void settle_head_grad() {
-    if (!head_grad_stale) return;
-    head_g.zero_();
-    head_grad_stale = false;
+  // zero_grad fills only fill_ranges ([begin, end) of the gradient arena) and sets grads_stale:
+  // the linear weights' gradients and an untied LM head's keep their old values until the next
+  // backward, whose GEMMs overwrite them (beta 0: no fill, no read of the old values). A read
+  // before that zeroes the whole arena first (settle_grads).
+  std::vector<std::pair<int64_t, int64_t>> fill_ranges;
+  bool grads_stale = false;
+  void settle_grads() {
+    if (!grads_stale) return;
+    arenas.grads.zero_();
+    grads_stale = false;
   }
   Tensor norm_w, norm_b, norm_gw, norm_gb;  // [d] final norm (bias: RWKV6 only)
 
@@ -234,6 +237,16 @@ Model::Model(const ModelConfig& cfg, Device device, DType param_dtype) : impl_(s
   const size_t head = cfg.tie_embeddings ? emb : m.index_of("lm_head.weight");
   m.head_w = m.compute_weight(head);
   m.head_g = m.view_of(m.arenas.grads, head);
+  // zero_grad's ranges: all but the gradients a backward's GEMMs write whole (the linear
+  // weights, an untied LM head); with tied embeddings the head GEMM and the embedding both add
+  // into one gradient, so everything.
+  int64_t fill_from = 0;
+  for (size_t a = 0; a < m.specs.size() && !cfg.tie_embeddings; ++a) {
+    if (m.specs[a].name == "model.embeddings.weight" || !is_gemm_weight(m.specs[a])) continue;
+    if (m.offsets[a] > fill_from) m.fill_ranges.emplace_back(fill_from, m.offsets[a]);
+    fill_from = m.offsets[a] + shape_numel(m.specs[a].shape);
+  }
+  if (fill_from < P) m.fill_ranges.emplace_back(fill_from, P);
   const size_t nw = m.index_of("model.norm.weight");
   m.norm_w = m.view_of(m.arenas.params, nw);
   m.norm_gw = m.view_of(m.arenas.grads, nw);
@@ -253,11 +266,11 @@ const std::vector<ParamSpec>& Model::specs() const { return impl_->specs; }
 int64_t Model::num_params() const { return impl_->num_params; }
 Tensor Model::param(const std::string& fla_name) const { return impl_->param(fla_name); }
 Tensor Model::grad(const std::string& fla_name) const {
-  impl_->settle_head_grad();
+  impl_->settle_grads();
   return impl_->grad(fla_name);
 }
 optim::AdamWArenas& Model::arenas() {
-  impl_->settle_head_grad();
+  impl_->settle_grads();
   return impl_->arenas;
 }
 ParamRange Model::param_range(const std::string& fla_name) const {
@@ -276,16 +289,8 @@ void Model::init_weights(uint64_t seed) {
 
 void Model::zero_grad() {
   Impl& m = *impl_;
-  if (m.cfg.tie_embeddings) {  // the head's gradient is the embedding's: both passes add into it
-    m.arenas.grads.zero_();
-    return;
-  }
-  // Everything but the LM head's gradient, which the next backward overwrites.
-  const size_t head = m.index_of("lm_head.weight");
-  const int64_t begin = m.offsets[head], end = begin + shape_numel(m.specs[head].shape), P = m.arenas.grads.numel();
-  if (begin > 0) m.arenas.grads.narrow(0, 0, begin).zero_();
-  if (end < P) m.arenas.grads.narrow(0, end, P - end).zero_();
-  m.head_grad_stale = true;
+  for (const auto& [begin, end] : m.fill_ranges) m.arenas.grads.narrow(0, begin, end - begin).zero_();
+  m.grads_stale = !m.cfg.tie_embeddings;
 }
 
 void Model::refresh_shadow() {
@@ -314,14 +319,18 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   m.check_segments(segments, tokens, "forward_backward");
   Tensor y = m.forward_trunk(tokens, /*training=*/true, trunk, segments);  // [B, T, d]
   Tensor dy = Tensor::empty({N, d}, m.act_dtype, m.device);                // [N, d]
+  // The first backward after zero_grad writes the gradients zero_grad skipped (the head's and
+  // the linear weights'). Cleared before any of them is written, so that a read from on_ready
+  // during this backward does not zero the arena (settle_grads).
+  const bool overwrite = m.grads_stale;
+  m.grads_stale = false;
   {
     StageScope s("loss");
     nn::LmHeadLossArgs args;
     args.inv_count = inv_count;
     args.inv_count_at = inv_count_at;
-    args.overwrite_dW = m.head_grad_stale;
+    args.overwrite_dW = overwrite;
     nn::lm_head_cross_entropy_backward(y.view({N, d}), m.head_w, targets.reshape({N}), args, loss_accum, dy, m.head_g);
-    m.head_grad_stale = false;
   }
   y = Tensor();
   StageScope bwd("bwd");
@@ -336,12 +345,15 @@ void Model::forward_backward(const Tensor& tokens, const Tensor& targets, double
   }
   if (m.cfg.tie_embeddings) ready({"model.norm.weight", "model.norm.bias"});
   else ready({"lm_head.weight", "model.norm.weight", "model.norm.bias"});
-  for (int i = static_cast<int>(m.cfg.num_layers) - 1; i >= 0; --i) {
-    StageScope s(layer_stage(i));
-    BlockContext ctx{m.cfg, i, true, segments};
-    dx = m.spec->block_backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
-                                std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
-    ready({layer_prefix(i)});
+  {
+    nn::WeightGradOverwriteScope scope(overwrite);
+    for (int i = static_cast<int>(m.cfg.num_layers) - 1; i >= 0; --i) {
+      StageScope s(layer_stage(i));
+      BlockContext ctx{m.cfg, i, true, segments};
+      dx = m.spec->block_backward(ctx, m.w[static_cast<size_t>(i)], m.g[static_cast<size_t>(i)],
+                                  std::move(trunk.blocks[static_cast<size_t>(i)]), dx);
+      ready({layer_prefix(i)});
+    }
   }
   StageScope s("embed");
   nn::embedding_backward(dx, tokens, m.emb_g);
@@ -435,7 +447,7 @@ std::vector<io::NamedTensor> Model::named_params() const {
 }
 
 std::vector<io::NamedTensor> Model::named_grads() const {
-  impl_->settle_head_grad();
+  impl_->settle_grads();
   std::vector<io::NamedTensor> out;
   for (size_t a : impl_->fla_order) out.push_back({impl_->specs[a].name, impl_->view_of(impl_->arenas.grads, a)});
   return out;

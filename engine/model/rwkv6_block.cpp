@@ -367,13 +367,14 @@ Tensor rwkv6_block_backward(const BlockContext& ctx, const ParamMap& w, ParamMap
     const Tensor z5 = s->z.reshape({B * T, kLerps, R}).permute({1, 0, 2});  // [5, B*T, R]
     const Tensor W2 = at(w, "attn.x_proj.2.weight");
     const Tensor W5 = W2.view({d, kLerps, R}).permute({1, 0, 2});  // [5, d, R]
-    // dz [B*T, 5R] written through its [5, B*T, R] view; dW5 accumulated (f32, beta 1) straight
-    // into the column blocks of x_proj.2's gradient.
+    // dz [B*T, 5R] written through its [5, B*T, R] view; dW5 accumulated (f32; beta 1, or 0 in
+    // the first backward after zero_grad: nn::weight_grad_beta) straight into the column
+    // blocks of x_proj.2's gradient.
     Tensor dz = Tensor::empty({B, T, kLerps * R}, dm5.dtype(), dm5.device());
     Tensor dz5 = dz.view({B * T, kLerps, R}).permute({1, 0, 2});
     ops::matmul_out(dz5, dm5, W5);
     Tensor gW5 = at(g, "attn.x_proj.2.weight").view({d, kLerps, R}).permute({1, 0, 2});
-    ops::matmul_out(gW5, dm5, z5, true, false, 1.0, 1.0);
+    ops::matmul_out(gW5, dm5, z5, true, false, 1.0, nn::weight_grad_beta());
     lg.dm = Tensor();
     dxx = nn::linear_backward(nn::tanh_backward(dz, s->z), s->xx, at(w, "attn.x_proj.0.linear.weight"),
                               at(g, "attn.x_proj.0.linear.weight"));

@@ -2,7 +2,8 @@
 //   x [R, in] (R = product of x's leading dims), W [out, in], b [out], y [R, out].
 // Backward (parameter grads +=, activation grad =):
 //   dx  = dy W            [R, out] x [out, in]      (dy's dtype; linear_backward_add: +=)
-//   dW += dy^T x          [out, R] x [R, in]        (dW: f32 for bf16 operands, else x's dtype)
+//   dW += dy^T x          [out, R] x [R, in]        (dW: f32 for bf16 operands, else x's dtype;
+//                                                    = inside a WeightGradOverwriteScope)
 //   db += sum_r dy[r, :]  (ops::column_sums_into: one read of dy, summed in db's f32 / f64)
 // For bf16 / f16 operands both parameter GEMMs are mixed precision (engine/ops.h
 // matmul_out): bf16 operands, fp32 accumulation, f32 gradients read and written.
@@ -15,6 +16,8 @@
 
 namespace lt::nn {
 namespace {
+
+thread_local bool g_overwrite_weight_grads = false;  // WeightGradOverwriteScope's switch
 
 // The gradient dtype for operands of dtype `dt`: bf16 / f16 gradients accumulate in f32.
 DType grad_dtype(DType dt) { return dt == DType::bf16 || dt == DType::f16 ? DType::f32 : dt; }
@@ -58,8 +61,8 @@ Tensor param_grads(const Tensor& dy, const Tensor& x, const Tensor& W, Tensor& d
   const Tensor x2 = rows_of(x);    // [R, in]
   const Tensor dy2 = rows_of(dy);  // [R, out]
   // bf16 / f16 operands write f32 gradients straight from the mixed-precision GEMM.
-  ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, 1.0);  // dW [out, in] += dy^T x
-  if (db) ops::column_sums_into({db}, {dy2});                                   // db [out] += sum over rows of dy
+  ops::matmul_out(dW, dy2, x2, /*trans_a=*/true, /*trans_b=*/false, 1.0, weight_grad_beta());  // dW [out, in] += dy^T x
+  if (db) ops::column_sums_into({db}, {dy2});  // db [out] += sum over rows of dy
   return dy2;
 }
 
@@ -95,5 +98,11 @@ void linear_backward_add(const Tensor& dy, const Tensor& x, const Tensor& W, Ten
   Tensor acc2 = dx_acc.view({-1, x.size(-1)});
   ops::matmul_out(acc2, dy2, W, false, false, 1.0, 1.0);  // dx_acc [R, in] += dy W
 }
+
+double weight_grad_beta() { return g_overwrite_weight_grads ? 0.0 : 1.0; }
+WeightGradOverwriteScope::WeightGradOverwriteScope(bool on) : previous_(g_overwrite_weight_grads) {
+  g_overwrite_weight_grads = on;
+}
+WeightGradOverwriteScope::~WeightGradOverwriteScope() { g_overwrite_weight_grads = previous_; }
 
 }  // namespace lt::nn

@@ -307,47 +307,54 @@ TEST_CASE("model: a CPU training step is bit-reproducible and makes no host mall
   CHECK(a.back() == 0);          // no step skipped
 }
 
-TEST_CASE("model: zero_grad leaves the LM head's gradient to the next backward, which overwrites it", "[model]") {
-  // zero_grad skips the untied head's gradient; the first micro-batch's head GEMM writes it
-  // (beta 0), later ones add. Whatever the arena held before, the gradients equal those of a
-  // freshly zeroed model, and a read between zero_grad and the backward sees zeros.
-  ModelConfig c = small_model_config(Arch::kda);
-  c.num_layers = 1;
-  const int64_t B = 2, T = 12;
-  const Tensor tokens = random_ids(B, T, c.vocab_size, 21), tokens2 = random_ids(B, T, c.vocab_size, 22);
-  const Tensor targets = random_ids(B, T, c.vocab_size, 23, 1), targets2 = random_ids(B, T, c.vocab_size, 24, 1);
-  auto grads_after = [&](bool poisoned, int micro_batches) {
-    Model m(c, Device::cpu(), DType::f64);
-    m.init_weights(5);
-    if (poisoned) m.arenas().grads.fill_(std::nan(""));
-    m.zero_grad();
-    Tensor loss = Tensor::zeros({}, DType::f64);
-    m.forward_backward(tokens, targets, 1.0 / (B * T), loss);
-    if (micro_batches == 2) m.forward_backward(tokens2, targets2, 1.0 / (B * T), loss);
-    std::vector<double> g = m.arenas().grads.to_vector();
-    g.push_back(loss.item());
-    return g;
-  };
-  for (int mb : {1, 2}) {
-    INFO(mb << " micro-batches");
-    const std::vector<double> clean = grads_after(false, mb), poisoned = grads_after(true, mb);
-    CHECK(poisoned == clean);
-  }
-  // two micro-batches add: the head's gradient differs from one micro-batch's
-  Model one(c, Device::cpu(), DType::f64);
-  one.init_weights(5);
-  one.zero_grad();
-  Tensor loss = Tensor::zeros({}, DType::f64);
-  one.forward_backward(tokens, targets, 1.0 / (B * T), loss);
-  const std::vector<double> head1 = one.grad("lm_head.weight").to_vector();
-  one.forward_backward(tokens2, targets2, 1.0 / (B * T), loss);
-  CHECK(lt::ops::max_abs_diff(one.grad("lm_head.weight"),
-                              Tensor::from_vector(head1, {c.vocab_size, c.hidden_size}, DType::f64)) > 0.0);
-  // a read after zero_grad, before any backward: zeros (the skipped head included)
-  one.zero_grad();
-  for (double v : one.grad("lm_head.weight").to_vector()) REQUIRE(v == 0.0);
-  one.zero_grad();
-  for (double v : one.arenas().grads.to_vector()) REQUIRE(v == 0.0);
+TEST_CASE("model: zero_grad leaves the GEMM weights' gradients to the next backward, which overwrites them",
+          "[model]") {
+  // zero_grad skips the linear weights' and an untied LM head's gradients; the first
+  // micro-batch's GEMMs write them (beta 0), later ones add. Whatever the arena held before,
+  // the gradients equal those of the accumulate path (the arena zeroed whole, every GEMM
+  // adding): one backward per weight, nothing left stale. A read between zero_grad and the
+  // backward sees zeros.
+  for (Arch arch : {Arch::kda, Arch::rwkv6})
+    for (bool tied : {false, true}) {
+      ModelConfig c = small_model_config(arch);
+      c.tie_embeddings = tied;
+      const int64_t B = 2, T = 12;
+      const Tensor tokens = random_ids(B, T, c.vocab_size, 21), tokens2 = random_ids(B, T, c.vocab_size, 22);
+      const Tensor targets = random_ids(B, T, c.vocab_size, 23, 1), targets2 = random_ids(B, T, c.vocab_size, 24, 1);
+      // hooked: every ready range is read (summed) from the arena during the backward, as the
+      // data-parallel reduction reads its buckets
+      auto grads_after = [&](bool poisoned, bool settled, int micro_batches, bool hooked = false) {
+        Model m(c, Device::cpu(), DType::f64);
+        m.init_weights(5);
+        if (poisoned) m.arenas().grads.fill_(std::nan(""));
+        m.zero_grad();
+        if (settled) (void)m.arenas();  // a read: the arena zeroed whole, every GEMM adds
+        Tensor loss = Tensor::zeros({}, DType::f64);
+        GradsReadyHook hook = [&](const std::vector<ParamRange>& ready) {
+          for (const ParamRange& r : ready)
+            REQUIRE(std::isfinite(lt::ops::sum_all(m.arenas().grads.narrow(0, r.offset, r.count)).item()));
+        };
+        m.forward_backward(tokens, targets, 1.0 / (B * T), loss, hooked && micro_batches == 1 ? &hook : nullptr);
+        if (micro_batches == 2) m.forward_backward(tokens2, targets2, 1.0 / (B * T), loss, hooked ? &hook : nullptr);
+        std::vector<double> g = m.arenas().grads.to_vector();
+        g.push_back(loss.item());
+        return g;
+      };
+      for (int mb : {1, 2}) {
+        INFO((arch == Arch::kda ? "kda" : "rwkv6") << (tied ? " tied" : "") << ", " << mb << " micro-batches");
+        const std::vector<double> overwritten = grads_after(true, false, mb), added = grads_after(false, true, mb);
+        CHECK(overwritten == added);
+        CHECK(grads_after(true, false, mb, true) == added);
+        if (mb == 2) CHECK(overwritten != grads_after(false, true, 1));  // the second micro-batch added
+      }
+      Model m(c, Device::cpu(), DType::f64);
+      m.init_weights(5);
+      Tensor loss = Tensor::zeros({}, DType::f64);
+      m.zero_grad();
+      m.forward_backward(tokens, targets, 1.0 / (B * T), loss);
+      m.zero_grad();  // and no backward: every gradient reads as zero
+      for (double v : m.arenas().grads.to_vector()) REQUIRE(v == 0.0);
+    }
 }
 
 TEST_CASE("model: bad inputs name what is wrong", "[model]") {
