@@ -68,6 +68,8 @@ class Model {
 
   // fla's initialisation, deterministic by seed (same on every device).
   void init_weights(uint64_t seed);
+  // Every gradient to zero. The linear weights' (and an untied LM head's) are not filled: the
+  // next forward_backward writes them whole; a read of the gradients before it sees zeros.
   void zero_grad();
   // Rewrites the bf16 shadow from the f32 parameters (after a load; adamw_step keeps it
   // current otherwise). No-op outside the bf16 mode.
