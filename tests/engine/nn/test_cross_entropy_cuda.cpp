@@ -51,39 +51,42 @@ Result run_head(const Tensor& x, const Tensor& W, const Tensor& targets, const n
 
 TEST_CASE("cuda lm head cross-entropy matches the CPU", "[nn][cross_entropy][cuda]") {
   PoisonScope poison;
-  const int64_t N = 301, d = 64, V = 1037;  // odd sizes; V > the row block
-  const Tensor targets = make_targets(N, V, 3);
+  // V = 1037: odd (the scalar path), > the row block; 1040, 4104, 12296, 32000: 16-byte rows
+  // (the pack path), the last pack step partial
+  const int64_t N = 301, d = 64;
   nn::LmHeadLossArgs args;
   args.inv_count = 1.0 / 256;
   args.chunk_tokens = 128;  // 301 = 2 * 128 + 45
-  for (DType dt : {DType::f32, DType::bf16}) {
-    INFO(dtype_name(dt));
-    const Tensor x = test::random_tensor({N, d}, 1, dt);
-    const Tensor W = ops::mul_scalar(test::random_tensor({V, d}, 2), 0.3).to(dt);
-    const Result c = run_head(x, W, targets, args);
-    const Result g = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
-    CHECK(g.dx.dtype() == dt);
-    // bf16: the logits are rounded to bf16 from sums that differ in the last f32 bits
-    // between cuBLAS and the CPU, so a few of the 312k logits (those within that difference
-    // of a rounding boundary, ~2^-12 of them) land on neighbouring bf16 values (2^-8 apart);
-    // a target logit's flip moves the loss by 2^-8 |z_t| inv_count, ~5e-6 of it
-    CHECK(g.loss.item() == Approx(c.loss.item()).epsilon(dt == DType::f32 ? 1e-6 : 1e-4));
-    // bf16: dlogits (and dx) are rounded to bf16, and their neighbours differ by 2^-8
-    const double grad_tol = dt == DType::f32 ? 1e-5 : 4e-3;
-    CHECK(ops::max_rel_diff(g.dx, c.dx) < grad_tol);
-    CHECK(ops::max_rel_diff(g.dW, c.dW) < grad_tol);
-    const std::vector<double> cg = g.correct.to_vector(), cc = c.correct.to_vector();
-    int mismatches = 0;
-    for (size_t i = 0; i < cc.size(); ++i) mismatches += cg[i] != cc[i];
-    CHECK(mismatches == 0);
-    // deterministic on the device
-    const Result g2 = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
-    CHECK(same_bits(g2.loss, g.loss));
-    CHECK(same_bits(g2.dx, g.dx));
-    CHECK(same_bits(g2.dW, g.dW));
-    // logits for sampling
-    CHECK(ops::max_rel_diff(nn::lm_head_logits(x.to(kGpu), W.to(kGpu)), nn::lm_head_logits(x, W)) < 1e-5);
-  }
+  for (int64_t V : {1037, 1040, 4104, 12296, 32000})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      INFO(dtype_name(dt) << " V " << V);
+      const Tensor targets = make_targets(N, V, 3);
+      const Tensor x = test::random_tensor({N, d}, 1, dt);
+      const Tensor W = ops::mul_scalar(test::random_tensor({V, d}, 2), 0.3).to(dt);
+      const Result c = run_head(x, W, targets, args);
+      const Result g = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
+      CHECK(g.dx.dtype() == dt);
+      // bf16: the logits are rounded to bf16 from sums that differ in the last f32 bits
+      // between cuBLAS and the CPU, so a few of the 312k logits (those within that difference
+      // of a rounding boundary, ~2^-12 of them) land on neighbouring bf16 values (2^-8 apart);
+      // a target logit's flip moves the loss by 2^-8 |z_t| inv_count, ~5e-6 of it
+      CHECK(g.loss.item() == Approx(c.loss.item()).epsilon(dt == DType::f32 ? 1e-6 : 1e-4));
+      // bf16: dlogits (and dx) are rounded to bf16, and their neighbours differ by 2^-8
+      const double grad_tol = dt == DType::f32 ? 1e-5 : 4e-3;
+      CHECK(ops::max_rel_diff(g.dx, c.dx) < grad_tol);
+      CHECK(ops::max_rel_diff(g.dW, c.dW) < grad_tol);
+      const std::vector<double> cg = g.correct.to_vector(), cc = c.correct.to_vector();
+      int mismatches = 0;
+      for (size_t i = 0; i < cc.size(); ++i) mismatches += cg[i] != cc[i];
+      CHECK(mismatches == 0);
+      // deterministic on the device
+      const Result g2 = run_head(x.to(kGpu), W.to(kGpu), targets.to(kGpu), args);
+      CHECK(same_bits(g2.loss, g.loss));
+      CHECK(same_bits(g2.dx, g.dx));
+      CHECK(same_bits(g2.dW, g.dW));
+      // logits for sampling
+      CHECK(ops::max_rel_diff(nn::lm_head_logits(x.to(kGpu), W.to(kGpu)), nn::lm_head_logits(x, W)) < 1e-5);
+    }
 }
 
 TEST_CASE("cuda cross-entropy: a target out of range makes the loss NaN", "[nn][cross_entropy][cuda]") {
