@@ -277,7 +277,6 @@ __global__ void __launch_bounds__(kBackwardWarps* kWarp, 2) norm_backward_rows_v
   float* scratch = static_cast<float*>(p.scratch);  // [G, acc, L]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   const int64_t L = p.len, P = p.period;
-  constexpr int nv = NV;       // vectors per lane
   const int64_t rowv = L / n;  // vectors per row
   const int64_t nacc = p.bias ? 2 : 1;
   const int64_t slot = blockIdx.x, h = slot % P, s = slot / P;
@@ -297,18 +296,16 @@ __global__ void __launch_bounds__(kBackwardWarps* kWarp, 2) norm_backward_rows_v
     const int64_t r = h + P * m;
     V xv[NV], dyv[NV], gv[NV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k < nv) {
-        xv[k] = x[r * rowv + k * kWarp + lane];
-        dyv[k] = dy[r * rowv + k * kWarp + lane];
-        if (kGate) gv[k] = g[r * rowv + k * kWarp + lane];
-      }
+    for (int k = 0; k < NV; ++k) {
+      xv[k] = x[r * rowv + k * kWarp + lane];
+      dyv[k] = dy[r * rowv + k * kWarp + lane];
+      if (kGate) gv[k] = g[r * rowv + k * kWarp + lane];
+    }
     const float mu = p.center ? mean[r] : 0.0f;
     const float rs = rstd[r];
     float sum_d = 0.0f, sum_dxh = 0.0f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k >= nv) continue;
       V dgv;
 #pragma unroll
       for (int e = 0; e < n; ++e) {
@@ -334,7 +331,6 @@ __global__ void __launch_bounds__(kBackwardWarps* kWarp, 2) norm_backward_rows_v
     const float c2 = warp_sum(sum_dxh) * inv_len;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k >= nv) continue;
       V dxv, resv;
       if (dres) resv = dres[r * rowv + k * kWarp + lane];
 #pragma unroll
