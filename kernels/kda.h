@@ -202,8 +202,8 @@ struct BackwardWorkspace {
   float* dgamma_s = nullptr;  // [B, H, NT, D] fp32   e^gamma sum_v S * S'   inter adjoint
   void* Xq = nullptr;         // [B, H, Tp, D] dtype  X_q = dO S^T           inter adj / intra adj  sQ
   void* Xw = nullptr;         // [B, H, Tp, D] dtype  X_w = dDelta S^T       inter adj / intra adj  W
-  // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk over that chunk's rows of
-  // Xq / Xk once it has read them (staging for the L2-norm backward).
+  // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk (fp32) over that chunk's
+  // rows of Delta / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
   uint32_t* counters = nullptr;  // [H + B*H] blocks done per head, then the scan's progress per
                                  // sequence (zeroed by the aqk_dO launch)

@@ -48,9 +48,11 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   float* ddt = DK + G::SLICE;  // [D] ddt_bias partial of this chunk
   float* dgam = ddt + G::D;    // [KS]
   float* red = dgam + KS;      // [NTHR/32 + 4]
-  // The chunk's pre-norm dq^ / dk^ (phase g), staged over its rows of X_q / X_k, which are
-  // read by then; the L2-norm backward (P6) reads them back.
-  T* const dq_hat = static_cast<T*>(ws.Xq);
+  // The chunk's pre-norm dq^ / dk^ (phase g), staged in fp32 over its rows of Delta (last read
+  // in P3; the scan read them before it published chunk n) and of X_k (read by then); the
+  // L2-norm backward (P6) reads them back. fp32 for dq^ too: rounding it to bf16 before the
+  // norm's projection rounds dq twice (docs/notes-kda.md, "the bf16 precision contract").
+  float* const dq_hat = ws.Delta;
   float* const dk_hat = ws.Xk;
   auto zero = [](int, int) { return 0.0f; };
 
@@ -356,7 +358,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         if (seg == 0) ddt[k0 + c] += dsum;
       }
       blk.sync();
-      // (g) gate backward, pre-norm dq^ / dk^ out (over the consumed X_q / X_k slices), row dots
+      // (g) gate backward, pre-norm dq^ / dk^ out (over the chunk's read Delta / X_k rows), row dots
       for (int e = tid; e < C * KS / 2; e += NTHR) {  // columns c, c + 1 per thread
         const int r = e / (KS / 2), c = 2 * (e % (KS / 2)), at = r * LS + c;
         const float dg0 = dG[at], dg1 = dG[at + 1];
@@ -384,7 +386,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       float qh[2], kh[2], dqh[2], dkh[2];
       ld2(q, ii, qh[0], qh[1]);
       ld2(k, ii, kh[0], kh[1]);
-      ld2(static_cast<const T*>(dq_hat), wi, dqh[0], dqh[1]);
+      ld2(static_cast<const float*>(dq_hat), wi, dqh[0], dqh[1]);
       ld2(static_cast<const float*>(dk_hat), wi, dkh[0], dkh[1]);
       float oq[2], ok[2];
       for (int u = 0; u < 2; ++u) {

@@ -162,7 +162,9 @@ def main():
             x = draw_inputs(B, T, H, D, seed)
             tag = f"B{B}T{T}H{H}D{D}s{seed}"
             ref = reference(x, args.ref_device)
+            print(f"{tag}: float64 reference {time.time() - t0:.0f} s", flush=True)
             fla = run_fla(x, args.fla_chunk)
+            print(f"{tag}: fla bf16 {time.time() - t0:.0f} s", flush=True)
             ours = run_ours(args.kbench, x, args.out, tag, ["--dtype", "bf16", "--path", "fused"])
             rec = {"case": spec, "seed": seed, "fla_chunk": args.fla_chunk,
                    "fla_commit": os.environ.get("FLA_COMMIT", ""), "tensors": {}}
