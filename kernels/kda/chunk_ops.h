@@ -51,11 +51,13 @@ KDA_DEV void chunk_row_stats(Blk& blk, const FusedArgs& a, const ChunkPos& cp, f
 // Loads columns [k0, k0+KS) of q^ and k^ (normalised; 0 on rows >= L) and the gate, and
 // leaves Gamma (log2 units, chunk-local cumsum, g = 0 on rows >= L so Gamma_{C-1} = gamma)
 // in gs; a packed document's first token adds kSegmentStartGate to its g (FusedArgs::seg_start).
-// Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L).
+// Optional gx / ga receive dg/dx and dg/dA_log (0 on rows >= L); optional xq / xk receive q^ / k^
+// brought to their sub-block's first row, x'_r = x_r e^{Gamma_r - Gamma_n(r)} (needs sq / sk).
 // Ends with a sync.
 template <class G, class T, class Blk>
 KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int k0, const float* rq,
-                                const float* rk, float* sq, float* sk, float* gs, float* gx, float* ga) {
+                                const float* rk, float* sq, float* sk, float* gs, float* gx, float* ga,
+                                float* xq = nullptr, float* xk = nullptr) {
   const T* q = static_cast<const T*>(a.q);
   const T* k = static_cast<const T*>(a.k);
   const T* f = static_cast<const T*>(a.f);
@@ -91,7 +93,8 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
     }
   }
   blk.sync();
-  cumsum_columns<G>(blk, gs);
+  if (xq || xk) cumsum_columns_to_block_start<G>(blk, gs, sq, sk, xq, xk);
+  else cumsum_columns<G>(blk, gs);
   blk.sync();
 }
 
@@ -126,7 +129,9 @@ KDA_DEV void load_ws_slice(Blk& blk, const Dims& dm, const ChunkPos& cp, const T
   }
 }
 
-// x'_r = x_r e^{Gamma_r - Gamma_n(r)} with n(r) the first row of r's sub-block. No sync.
+// x'_r = x_r e^{Gamma_r - Gamma_n(r)} with n(r) the first row of r's sub-block, as a pass of
+// its own (load_qk_gate_slice forms it in the gate's scan pass with fewer loads, where the
+// program's registers allow). No sync.
 template <class G, class Blk>
 KDA_DEV void row_to_block_start(Blk& blk, const float* gs, const float* x, float* xo) {
   for (int e = blk.tid(); e < G::C * G::KS; e += G::NTHR) {
@@ -150,7 +155,7 @@ KDA_DEV void col_to_block_start(Blk& blk, int ni, const float* gs, const float* 
 
 // Accumulates one K slice into Pq (P(q^,k^), s <= r; only when kWithQ) and Pk (P(k^,k^),
 // s < r; its diagonal may be written and the callers mask it). Needs sq, sk, gs and
-// xq = row_to_block_start(sq), xk = row_to_block_start(sk); y is scratch for C-16 rows.
+// xq, xk = q^, k^ brought to their sub-block's first row (load_qk_gate_slice); y is scratch for C-16 rows.
 // Diagonal sub-blocks elementwise (CUDA cores); off-diagonal ones as products of the
 // factored operands (tensor cores when kTC). Ends with a sync.
 template <class G, bool kTC, bool kSplit, bool kWithQ, class Blk>

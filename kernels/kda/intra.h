@@ -49,10 +49,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
   // ---- scores: K slices --------------------------------------------------------------
   for (int ks = 0; ks < G::NKS; ++ks) {
     const int k0 = ks * KS;
-    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr);
-    row_to_block_start<G>(blk, gs, s0, s2);
-    row_to_block_start<G>(blk, gs, s1, s3);
-    blk.sync();
+    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, s0, s1, gs, nullptr, nullptr, s2, s3);
     accumulate_scores<G, kTC, kSplit, true>(blk, s0, s1, gs, s2, s3, s5, Pq, Pk);
   }
   T* aqk = static_cast<T*>(ws.Aqk) + cp.ws_row * C;  // row 0 of the chunk, [C][C]

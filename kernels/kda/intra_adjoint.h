@@ -19,6 +19,10 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const float scale = resolved_scale(a);
   const int tid = blk.tid();
   constexpr bool lean = kLean;  // lean scan (LeanScan::lean): X_q, X_w formed here (P0)
+  // q^, k^ brought to their sub-block's start in the gate's scan pass (fewer loads), but at D128,
+  // where the program spills at its 3-block register cap, in passes of their own: the fused pass
+  // added spills there (docs/notes-kda.md, "the gate's scan pass").
+  constexpr bool kFusedBlockStart = G::D == 64;
   // shared memory (floats)
   float* Pk = smem;        // P(k^,k^) raw (s < r)
   float* Tm = Pk + G::CC;  // (I + A)^{-1}
@@ -133,9 +137,13 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   // ---- P1: P(k^,k^) and dTm_W = -X_w (beta K~)^T, K slices -------------------------------
   for (int ks = 0; ks < G::NKS; ++ks) {
     const int k0 = ks * KS;
-    load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr);
+    if constexpr (kFusedBlockStart) {
+      load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr, nullptr, xk);
+    } else {
+      load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, nullptr, nullptr);
+      row_to_block_start<G>(blk, gs, sk, xk);
+    }
     load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xw), k0, X);
-    row_to_block_start<G>(blk, gs, sk, xk);
     for (int e = tid; e < C * KS; e += NTHR) {
       const int r = e / KS, c = e % KS;
       xq[r * LS + c] = sk[r * LS + c] * exp2_fast(gs[r * LS + c]);  // K~
@@ -235,10 +243,14 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     const float* dgs = ws.dgamma_s;
     for (int ks = 0; ks < G::NKS; ++ks) {
       const int k0 = ks * KS;
-      load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga);
+      if constexpr (kFusedBlockStart) {
+        load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga, xq, xk);
+      } else {
+        load_qk_gate_slice<G, T>(blk, a, cp, k0, rq, rk, sq, sk, gs, gx, ga);
+        row_to_block_start<G>(blk, gs, sq, xq);
+        row_to_block_start<G>(blk, gs, sk, xk);
+      }
       load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xw), k0, X);  // X_w
-      row_to_block_start<G>(blk, gs, sq, xq);
-      row_to_block_start<G>(blk, gs, sk, xk);
       blk.sync();
       // (a) Y_W = -Tm^T X_w;  dK~ = beta Y_W;  dbeta += Y_W . K~
       block_product<kTC, kSplit, NTHR>(
