@@ -93,8 +93,8 @@ KDA_DEV void load_qk_gate_slice(Blk& blk, const FusedArgs& a, const ChunkPos& cp
     }
   }
   blk.sync();
-  if (xq || xk) cumsum_columns_to_block_start<G>(blk, gs, sq, sk, xq, xk);
-  else cumsum_columns<G>(blk, gs);
+  if (xq || xk) scan_columns<G, true>(blk, gs, sq, sk, xq, xk);
+  else scan_columns<G, false>(blk, gs, nullptr, nullptr, nullptr, nullptr);
   blk.sync();
 }
 

@@ -66,29 +66,15 @@ KDA_DEV float warp_sum_rows(Blk& blk, float (&v)[N], int lane, int& row) {
   }
   return v[0];
 }
-// In place: x[r][c] = sum_{s <= r} x[s][c]. No sync.
-template <class G, class Blk>
-KDA_DEV void cumsum_columns(Blk& blk, float* x) {
-  using L = ColLanes<G>;
-  const int lane = blk.tid() & 31, seg = lane % L::kLanes;
-  for (int p = blk.tid() >> 5; p < L::kPasses; p += G::NTHR / 32) {  // warp-uniform
-    const int c = p * L::kCols + lane / L::kLanes, r0 = seg * L::kRows;
-    float v[L::kRows], tot = 0.0f;
-    KDA_UNROLL
-    for (int i = 0; i < L::kRows; ++i) v[i] = tot += x[(r0 + i) * G::LS + c];
-    const float pre = segment_prefix<L::kLanes, false>(blk, tot, seg);
-    KDA_UNROLL
-    for (int i = 0; i < L::kRows; ++i) x[(r0 + i) * G::LS + c] = v[i] + pre;
-  }
-}
-// cumsum_columns of x (the gate: Gamma), and in the same pass sq and sk brought to their
-// sub-block's first row into xq and xk (either may be null): x'_r = x_r e^{Gamma_r - Gamma_n(r)},
-// n(r) the first row of r's sub-block. A lane's kRows rows lie in one sub-block, and the lane
-// whose first row is n(r) holds Gamma_n(r), so the factor is formed once for both outputs from
-// registers (one shuffle), where row_to_block_start loads Gamma_r and Gamma_n(r) and forms it
-// once an output. The same operations on the same values as row_to_block_start. No sync.
-template <class G, class Blk>
-KDA_DEV void cumsum_columns_to_block_start(Blk& blk, float* x, const float* sq, const float* sk, float* xq, float* xk) {
+// In place: x[r][c] = sum_{s <= r} x[s][c]; with kToBlockStart, in the same pass sq and sk
+// brought to their sub-block's first row into xq and xk (either may be null): x'_r = x_r
+// e^{Gamma_r - Gamma_n(r)} with x the gate (Gamma), n(r) the first row of r's sub-block. A lane's
+// kRows rows lie in one sub-block, and the lane whose first row is n(r) holds Gamma_n(r), so the
+// factor is formed once for both outputs from registers (one shuffle), where row_to_block_start
+// loads Gamma_r and Gamma_n(r) and forms it once an output. The same operations on the same values
+// as row_to_block_start. No sync.
+template <class G, bool kToBlockStart, class Blk>
+KDA_DEV void scan_columns(Blk& blk, float* x, const float* sq, const float* sk, float* xq, float* xk) {
   using L = ColLanes<G>;
   static_assert(kSub % L::kRows == 0, "a lane's rows lie in one sub-block");
   const int lane = blk.tid() & 31, seg = lane % L::kLanes;
@@ -100,14 +86,16 @@ KDA_DEV void cumsum_columns_to_block_start(Blk& blk, float* x, const float* sq, 
     const float pre = segment_prefix<L::kLanes, false>(blk, tot, seg);
     KDA_UNROLL
     for (int i = 0; i < L::kRows; ++i) x[(r0 + i) * G::LS + c] = v[i] += pre;
-    const int seg0 = ((r0 / kSub) * kSub) / L::kRows;  // the lane of this column holding row n(r0)
-    const float g0 = blk.shfl_xor(v[0], seg ^ seg0);
-    KDA_UNROLL
-    for (int i = 0; i < L::kRows; ++i) {
-      const int at = (r0 + i) * G::LS + c;
-      const float f = exp2_fast(v[i] - g0);
-      if (xq) xq[at] = sq[at] * f;
-      if (xk) xk[at] = sk[at] * f;
+    if constexpr (kToBlockStart) {
+      const int seg0 = ((r0 / kSub) * kSub) / L::kRows;  // the lane of this column holding row n(r0)
+      const float g0 = blk.shfl_xor(v[0], seg ^ seg0);
+      KDA_UNROLL
+      for (int i = 0; i < L::kRows; ++i) {
+        const int at = (r0 + i) * G::LS + c;
+        const float f = exp2_fast(v[i] - g0);
+        if (xq) xq[at] = sq[at] * f;
+        if (xk) xk[at] = sk[at] * f;
+      }
     }
   }
 }
