@@ -268,17 +268,21 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
           AllTiles(), KFromRow());
       blk.sync();
       add_row_sums<C, KS, NTHR>(blk, dbe, [&](int s, int c) { return yv[s * LS + c]; });
-      load_ws_slice<G>(blk, dm, cp, static_cast<const T*>(ws.Xq), k0, X);  // X_q (X_w no longer read)
-      blk.sync();
-      // (b) dQ~ = scale X_q
-      for (int e = tid; e < C * KS; e += NTHR) {
-        const int r = e / KS, c = e % KS;
-        const float t = scale * X[r * LS + c] * exp2_fast(gs[r * LS + c]);
-        DQ[r * LS + c] = t;
-        dG[r * LS + c] += t * sq[r * LS + c];
+      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.Xk), k0, X);  // X_k = dKbar (X_w no longer read)
+      // (b) dQ~ = scale X_q; each X_q element is read once, by the thread that owns it, so straight
+      // from global memory (no staging slice, no barriers around one)
+      for (int e = tid; e < C * KS / 2; e += NTHR) {  // columns c, c + 1 per thread
+        const int r = e / (KS / 2), c = 2 * (e % (KS / 2));
+        float xq2[2];
+        ld2(static_cast<const T*>(ws.Xq), cp.ws(dm, r, k0 + c), xq2[0], xq2[1]);
+        KDA_UNROLL
+        for (int u = 0; u < 2; ++u) {
+          const int at = r * LS + c + u;
+          const float t = scale * xq2[u] * exp2_fast(gs[at]);
+          DQ[at] = t;
+          dG[at] += t * sq[at];
+        }
       }
-      blk.sync();
-      load_ws_slice<G>(blk, dm, cp, static_cast<const float*>(ws.Xk), k0, X);  // X_k = dKbar
       blk.sync();
       // (c) Kbar = K^ e^{gamma - Gamma}
       for (int e = tid; e < C * KS; e += NTHR) {
