@@ -1,8 +1,10 @@
 // KDA fused path, host side shared by the CUDA kernels and their CPU twins: the workspace
 // sizes, the argument checks and the launch policy measured on the H200 (kernels/kda.h
 // documents each; the figures: docs/notes-kda.md, "The figures behind the code's choices").
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/kda.h"
 #include "kernels/kda/instances.h"
@@ -64,6 +66,14 @@ void check_common(const FusedArgs& a) {
   if (a.gate.use_lower_bound && !(a.gate.lower_bound < 0.0f)) fail("lower_bound must be < 0");
   if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
   if (!a.h) fail("missing state trajectory h");
+  // the chunk programs load four adjacent columns of an input row (and of dt_bias) at once
+  const size_t quad = 4 * dtype_size(a.dtype);
+  for (const auto& [p, name] :
+       {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.f, "f"}, {a.dt_bias, "dt_bias"}}) {
+    const size_t need = std::string(name) == "dt_bias" ? 16 : quad;
+    if (reinterpret_cast<uintptr_t>(p) % need != 0)
+      fail(std::string(name) + " must be aligned to " + std::to_string(need) + " bytes");
+  }
   if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
     fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
   if (a.lean_scan != LeanScan::pick && a.lean_scan != LeanScan::full && a.lean_scan != LeanScan::lean)

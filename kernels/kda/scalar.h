@@ -157,4 +157,65 @@ KDA_DEV void st2(T* p, int64_t i, float v0, float v1) {
   st(p, i + 1, v1);
 }
 
+// v[0..3] = p[i..i+3] (i a multiple of 4, p aligned to 4 elements): one 64-bit (bf16) or
+// 128-bit (fp32) load on the GPU.
+template <class T>
+KDA_DEV void ld4(const T* p, int64_t i, float* v) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+    v[0] = __uint_as_float(u.x << 16);
+    v[1] = __uint_as_float(u.x & 0xffff0000u);
+    v[2] = __uint_as_float(u.y << 16);
+    v[3] = __uint_as_float(u.y & 0xffff0000u);
+    return;
+  } else if constexpr (std::is_same_v<T, float>) {
+    const float4 f = *reinterpret_cast<const float4*>(p + i);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+    return;
+  } else
+#endif
+  {
+    for (int u = 0; u < 4; ++u) v[u] = ld(p, i + u);
+  }
+}
+// p[i..i+3] = v[0..3] (i a multiple of 4, p aligned to 4 elements): one store on the GPU.
+template <class T>
+KDA_DEV void st4(T* p, int64_t i, const float* v) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    *reinterpret_cast<uint2*>(p + i) = make_uint2(tc::pack_bf16x2_rn(v[0], v[1]), tc::pack_bf16x2_rn(v[2], v[3]));
+    return;
+  } else if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  } else
+#endif
+  {
+    for (int u = 0; u < 4; ++u) st(p, i + u, v[u]);
+  }
+}
+// Shared memory, 16-byte aligned: v[0..3] = p[0..3] / p[0..3] = v[0..3] in one 128-bit access.
+KDA_DEV void lds4(const float* p, float* v) {
+#if defined(__CUDA_ARCH__)
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  v[0] = f.x;
+  v[1] = f.y;
+  v[2] = f.z;
+  v[3] = f.w;
+#else
+  for (int u = 0; u < 4; ++u) v[u] = p[u];
+#endif
+}
+KDA_DEV void sts4(float* p, const float* v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#else
+  for (int u = 0; u < 4; ++u) p[u] = v[u];
+#endif
+}
+
 }  // namespace lt::kda::KDA_BLOCKS_NS

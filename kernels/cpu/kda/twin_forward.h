@@ -6,6 +6,7 @@
 #include "kernels/cpu/kda/emulator.h"
 #include "kernels/cpu/kda/twin.h"
 #include "kernels/kda/intra.h"
+#include "kernels/kda/intra_rows.h"
 #include "kernels/kda/scan.h"
 
 namespace lt::kda::twin {
@@ -16,9 +17,15 @@ using emu::emulate_grid;
 template <class G, class T, bool kTC>
 void forward_impl(const FusedArgs& a, const ForwardWorkspace& ws) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
-    blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
-  });
+  if constexpr (G::kIntraRows) {
+    emulate_grid(NT * BH, G::NTHR_R, G::kIntraRowsFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::intra_rows_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    });
+  } else {
+    emulate_grid(NT * BH, G::NTHR, G::kIntraFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
+      blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
+    });
+  }
   emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
   });

@@ -9,6 +9,7 @@
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/kda.h"
 #include "kernels/kda/intra.h"
+#include "kernels/kda/intra_rows.h"
 #include "kernels/kda/scan.h"
 #include "kernels/launch.h"
 
@@ -27,6 +28,14 @@ __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, Forward
 }
 
 template <class G, class T, bool kTC>
+__global__ void __launch_bounds__(G::NTHR_R) kda_intra_rows_kernel(FusedArgs a, ForwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_rows_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
+}
+
+template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
@@ -37,9 +46,14 @@ __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Forwa
 template <class G, class T, bool kTC>
 void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  auto* kda_fwd_intra = &kda_intra_kernel<G, T, kTC>;
+  // the row-ownership program where it is compiled for (Cfg::kIntraRows), else the slice program
+  auto* kda_fwd_intra = [] {
+    if constexpr (G::kIntraRows) return &kda_intra_rows_kernel<G, T, kTC>;
+    else return &kda_intra_kernel<G, T, kTC>;
+  }();
   auto* kda_fwd_inter = &kda_inter_kernel<G, T, kTC>;
-  const size_t smem_intra = G::kIntraFloats * sizeof(float);
+  const size_t smem_intra = (G::kIntraRows ? G::kIntraRowsFloats : G::kIntraFloats) * sizeof(float);
+  const int nthr_intra = G::kIntraRows ? G::NTHR_R : G::NTHR;
   const size_t smem_inter = G::kInterFloats * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_fwd_intra, smem_intra);
@@ -49,7 +63,7 @@ void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t
   (void)once;
   {
     StageScope st("intra");
-    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_intra, s, a, ws);
+    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(nthr_intra), smem_intra, s, a, ws);
   }
   {
     StageScope st("inter");

@@ -1,0 +1,325 @@
+// KDA intra (forward, chunk-parallel, grid NT*B*H) in row ownership, at D = 64 and C <= 32: the
+// same outputs as intra_program (kernels/kda/intra.h) from a program whose thread (r, j) owns
+// row r, columns {4j..4j+3, 32+4j..32+4j+3}, of every C x D tile from the loads to the stores.
+// Row norms, gates, Gamma's column scan (shuffles in a warp, warp totals across), the diagonal
+// sub-blocks' scores and every elementwise tile are formed in registers; shared memory holds
+// only what another thread reads (Gamma and k^ rows for the scores, the mma operands). Nine
+// block barriers where the slice program takes about forty.
+#pragma once
+
+#include "kernels/kda/chunk_ops.h"
+
+namespace lt::kda::KDA_BLOCKS_NS {
+
+// Sums N values over the 8 lanes of a row group (lane bits 0-2 = j) as a reduce-scatter: on
+// return v[0..N/8) holds the full sums of values j N/8 .. j N/8 + N/8 - 1. N - N/8 shuffles,
+// where a butterfly a value takes 3 N. Every lane of the warp must call it.
+template <int O, int N, class Blk>
+KDA_DEV void reduce_scatter_step(Blk& blk, float* v, int j) {  // one halving at lane offset O
+  const bool up = (j & O) != 0;
+  KDA_UNROLL
+  for (int k = 0; k < N / 2; ++k) {
+    const float keep = up ? v[k + N / 2] : v[k], send = up ? v[k] : v[k + N / 2];
+    v[k] = keep + blk.shfl_xor(send, O);
+  }
+}
+template <int N, class Blk>
+KDA_DEV void reduce_scatter8(Blk& blk, float (&v)[N], int j) {
+  static_assert(N % 8 == 0);
+  reduce_scatter_step<4, N>(blk, v, j);
+  reduce_scatter_step<2, N / 2>(blk, v, j);
+  reduce_scatter_step<1, N / 4>(blk, v, j);
+}
+
+// Sum over the 8 lanes of a row group (every lane gets it).
+template <class Blk>
+KDA_DEV float sum8(Blk& blk, float v) {
+  KDA_UNROLL
+  for (int o = 1; o < 8; o <<= 1) v += blk.shfl_xor(v, o);
+  return v;
+}
+KDA_DEV void lds_row8(const float* t, int c0, int c1, float* v) {  // a thread's 8 columns of a shared row
+  lds4(t + c0, v);
+  lds4(t + c1, v + 4);
+}
+KDA_DEV void sts_row8(float* t, int c0, int c1, const float* v) {
+  sts4(t + c0, v);
+  sts4(t + c1, v + 4);
+}
+
+// What a row-ownership program holds of its row r over its 8 columns (c0.., c1..): q^, k^
+// (L2-normalised), v, Gamma (log2 units, the chunk-local cumsum of the gate; a packed
+// document's first token adds kSegmentStartGate), dg/dx, dg/dA_log; the row's rstd and beta.
+// All 0 on rows >= L (so Gamma stops growing there and Gamma_{C-1} = gamma).
+struct RowRegs {
+  float qh[8] = {}, kh[8] = {}, vv[8] = {}, gm[8] = {}, gx[8] = {}, ga[8] = {};
+  float beta = 0.0f, rq = 0.0f, rk = 0.0f;
+};
+// Loads thread (r, j)'s part of its row and forms RowRegs; Gamma's column scan runs over the
+// warp's four rows (lane bits 3-4) by shuffles, then adds the totals of the warps before through
+// Wt ([NTHR/32][D] floats). Contains one block barrier; every thread must call it.
+template <class G, class T, class Blk>
+KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, int j, float* Wt, RowRegs& x) {
+  const Dims& dm = a.dims;
+  const int lane = blk.tid() & 31, warp = blk.tid() >> 5, c0 = 4 * j, c1 = 32 + 4 * j;
+  const bool valid = r < cp.L;
+  float restart = 0.0f;
+  if (valid) {
+    const int64_t i0 = cp.in(dm, r, c0), i1 = cp.in(dm, r, c1);
+    ld4(static_cast<const T*>(a.q), i0, x.qh);
+    ld4(static_cast<const T*>(a.q), i1, x.qh + 4);
+    ld4(static_cast<const T*>(a.k), i0, x.kh);
+    ld4(static_cast<const T*>(a.k), i1, x.kh + 4);
+    ld4(static_cast<const T*>(a.f), i0, x.gm);
+    ld4(static_cast<const T*>(a.f), i1, x.gm + 4);
+    ld4(static_cast<const T*>(a.v), i0, x.vv);
+    ld4(static_cast<const T*>(a.v), i1, x.vv + 4);
+    x.beta = sigmoid_f(ld(static_cast<const T*>(a.b), cp.in_row(dm, r)));
+    if (a.seg_start != nullptr && a.seg_start[cp.b * dm.T + cp.t0 + r] != 0) restart = kSegmentStartGate;
+  }
+  float sq = 0.0f, sk = 0.0f;
+  KDA_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    sq += x.qh[i] * x.qh[i];
+    sk += x.kh[i] * x.kh[i];
+  }
+  sq = sum8(blk, sq);
+  sk = sum8(blk, sk);
+  x.rq = valid ? 1.0f / sqrtf(sq + 1e-6f) : 0.0f;
+  x.rk = valid ? 1.0f / sqrtf(sk + 1e-6f) : 0.0f;
+  KDA_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    x.qh[i] *= x.rq;
+    x.kh[i] *= x.rk;
+  }
+  if (valid) {
+    const float ea = expf(a.A_log[cp.h]);
+    float db[8];
+    ld4(a.dt_bias, cp.h * G::D + c0, db);
+    ld4(a.dt_bias, cp.h * G::D + c1, db + 4);
+    KDA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const GateVal gv = gate_value(x.gm[i] + db[i], ea, a.gate);
+      x.gm[i] = (gv.g + restart) * kLog2e;
+      x.gx[i] = gv.dgdx;
+      x.ga[i] = gv.dgda;
+    }
+  }
+  float tot[8], pre[8] = {};
+  KDA_UNROLL
+  for (int i = 0; i < 8; ++i) tot[i] = x.gm[i];
+  KDA_UNROLL
+  for (int o = 8; o < 32; o <<= 1) {
+    KDA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const float t = blk.shfl_xor(tot[i], o);
+      if (lane & o) pre[i] += t;  // the partner's rows come first
+      tot[i] += t;
+    }
+  }
+  if (lane < 8) sts_row8(Wt + warp * G::D, c0, c1, tot);
+  blk.sync();
+  for (int w = 0; w < warp; ++w) {
+    float t[8];
+    lds_row8(Wt + w * G::D, c0, c1, t);
+    KDA_UNROLL
+    for (int i = 0; i < 8; ++i) pre[i] += t[i];
+  }
+  KDA_UNROLL
+  for (int i = 0; i < 8; ++i) x.gm[i] += pre[i];
+}
+
+template <class G, class T, bool kTC, class Blk>
+KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
+                                float* smem) {
+  static_assert(G::kIntraRows);
+  using R = Cfg<G::D, G::C, G::NTHR_R>;  // the helpers' thread count
+  constexpr int C = G::C, D = G::D, LC = G::LC, LR = G::LR, NTHR = G::NTHR_R, NW = NTHR / 32;
+  constexpr int NO = C - kSub;  // rows of the off-diagonal sub-block (C = 32) or none (C = 16)
+  constexpr int CPT = C / 8;    // A_qk columns a thread stores
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const Dims& dm = a.dims;
+  const ChunkPos cp(dm, bh, n);
+  const float scale = resolved_scale(a);
+  const int tid = blk.tid(), r = tid >> 3, j = tid & 7;
+  const int c0 = 4 * j, c1 = 32 + 4 * j;  // this thread's two column quads
+  // shared memory (floats)
+  float* Pq = smem;          // [C][LC] A_qk = scale P(q^,k^), s <= r
+  float* Pk = Pq + G::CC;    // [C][LC] A = diag(beta) P(k^,k^), s < r
+  float* Tm = Pk + G::CC;    // [C][LC] (I + A)^{-1}
+  float* Z = Tm + G::CC;     // [kSub][LC] solve scratch
+  float* Gs = Z + kSub * LC;  // [C][LR] Gamma (log2 units), then W
+  float* Kh = Gs + C * LR;    // [C][LR] k^, then U
+  float* Bk = Kh + C * LR;    // [C][LR] beta K~
+  float* Bv = Bk + C * LR;    // [C][LR] beta V
+  float* Sq = Bv + C * LR;    // [C][LR] scale Q~
+  float* XQ = Sq + C * LR;    // [NO][LR] q^ of rows 16.. brought to row 16
+  float* XK = XQ + NO * LR;   // [NO][LR] k^ of rows 16.. brought to row 16
+  float* Y = XK + NO * LR;    // [NO][LR] k^ of rows < 16 brought to row 16
+  float* Wt = Y + NO * LR;    // [NW][D] the warps' gate totals
+  float* be = Wt + NW * D;    // [C]
+  float* Wk = Gs;
+  float* Uk = Kh;
+
+  // ---- loads, row stats, gate, Gamma: registers ----------------------------------------------
+  RowRegs rw;
+  load_rows<G, T>(blk, a, cp, r, j, Wt, rw);
+  const float beta = rw.beta;
+  const float(&qh)[8] = rw.qh;
+  const float(&kh)[8] = rw.kh;
+  const float(&gm)[8] = rw.gm;
+  if (j == 0) be[r] = beta;
+  {
+    float bv[8];
+    KDA_UNROLL
+    for (int i = 0; i < 8; ++i) bv[i] = beta * rw.vv[i];
+    sts_row8(Bv + r * LR, c0, c1, bv);
+  }
+  sts_row8(Gs + r * LR, c0, c1, gm);
+  sts_row8(Kh + r * LR, c0, c1, kh);
+  blk.sync();
+
+  // ---- elementwise tiles, the operands of the off-diagonal scores, the diagonal scores -------
+  {
+    float gl[8];  // gamma = Gamma of the last row
+    lds_row8(Gs + (C - 1) * LR, c0, c1, gl);
+    if (r == C - 1) {
+      float gn[8];
+      KDA_UNROLL
+      for (int i = 0; i < 8; ++i) gn[i] = gl[i] * kLn2;
+      st4(ws.gamma, cp.gam(dm, c0), gn);
+      st4(ws.gamma, cp.gam(dm, c1), gn + 4);
+    }
+    float bk[8], sqv[8], kb[8];
+    KDA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const float eg = exp2_fast(gm[i]);
+      bk[i] = beta * kh[i] * eg;                  // beta K~
+      sqv[i] = scale * qh[i] * eg;                // scale Q~
+      kb[i] = kh[i] * exp2_fast(gl[i] - gm[i]);  // Kbar
+    }
+    sts_row8(Bk + r * LR, c0, c1, bk);
+    sts_row8(Sq + r * LR, c0, c1, sqv);
+    const int64_t w0 = cp.ws(dm, r, c0), w1 = cp.ws(dm, r, c1);
+    st4(static_cast<T*>(ws.sQ), w0, sqv);
+    st4(static_cast<T*>(ws.sQ), w1, sqv + 4);
+    st4(ws.Kbar, w0, kb);
+    st4(ws.Kbar, w1, kb + 4);
+  }
+  if constexpr (NO > 0) {  // through row 16: rows >= 16 x' = x e^{Gamma_r - Gamma_16}, rows < 16 y = k e^{Gamma_16 - Gamma_s}
+    float g16[8], x1[8], x2[8];
+    lds_row8(Gs + kSub * LR, c0, c1, g16);
+    if (r >= kSub) {
+      KDA_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const float f = exp2_fast(gm[i] - g16[i]);
+        x1[i] = qh[i] * f;
+        x2[i] = kh[i] * f;
+      }
+      sts_row8(XQ + (r - kSub) * LR, c0, c1, x1);
+      sts_row8(XK + (r - kSub) * LR, c0, c1, x2);
+    } else {
+      KDA_UNROLL
+      for (int i = 0; i < 8; ++i) x1[i] = kh[i] * exp2_fast(g16[i] - gm[i]);
+      sts_row8(Y + r * LR, c0, c1, x1);
+    }
+  }
+  {  // diagonal sub-block: s = n0 + m <= r, elementwise (e^{Gamma_r - Gamma_s} <= 1 only for s <= r)
+    const int n0 = r & ~(kSub - 1), rr = r - n0;
+    float v[2 * kSub];  // P(q^,k^)[r][n0 + m] partials, then P(k^,k^)
+    KDA_UNROLL
+    for (int m = 0; m < kSub; ++m) {
+      v[m] = 0.0f;
+      v[kSub + m] = 0.0f;
+      if (m <= rr) {
+        const int s = n0 + m;
+        float ks[8], gsv[8];
+        lds_row8(Kh + s * LR, c0, c1, ks);
+        lds_row8(Gs + s * LR, c0, c1, gsv);
+        KDA_UNROLL
+        for (int i = 0; i < 8; ++i) {
+          const float x = ks[i] * exp2_fast(gm[i] - gsv[i]);
+          v[m] += qh[i] * x;
+          v[kSub + m] += kh[i] * x;
+        }
+      }
+    }
+    reduce_scatter8(blk, v, j);  // lane j: entries 4j..4j+3 (j < 4: P(q^,k^) m = 4j..; else P(k^,k^))
+    const bool is_q = j < 4;
+    const int m0 = 4 * (j & 3), s0 = n0 + m0;
+    float out[4];
+    KDA_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      const int s = s0 + u;
+      out[u] = is_q ? (s <= r ? scale * v[u] : 0.0f) : (s < r ? beta * v[u] : 0.0f);
+    }
+    sts4((is_q ? Pq : Pk) + r * LC + s0, out);
+    // A_qk above the diagonal sub-blocks reads as 0 in the tensor-core products over all C columns
+    if (NO > 0 && r < kSub) sts2(Pq + r * LC + kSub + 2 * j, 0.0f, 0.0f);
+  }
+  blk.sync();
+
+  // ---- off-diagonal scores (rows 16.. against s < 16), A_qk out, the solve ---------------------
+  if constexpr (NO > 0) {
+    block_product2<kTC, kSplit, NTHR>(
+        blk, NO, kSub, D, [&](int x, int k) { return XQ[x * LR + k]; }, [&](int x, int k) { return XK[x * LR + k]; },
+        [&](int k, int s) { return Y[s * LR + k]; },
+        [&](int x, int s, float vq, float vk) {
+          Pq[(kSub + x) * LC + s] = scale * vq;
+          Pk[(kSub + x) * LC + s] = be[kSub + x] * vk;
+        });
+    blk.sync();
+  }
+  {
+    T* aqk = static_cast<T*>(ws.Aqk) + cp.ws_row * C + r * C + CPT * j;  // row r, columns CPT j..
+    float o[CPT];
+    KDA_UNROLL
+    for (int u = 0; u < CPT; ++u) {
+      const int s = CPT * j + u;
+      o[u] = s <= r ? Pq[r * LC + s] : 0.0f;
+    }
+    if constexpr (CPT == 4) st4(aqk, 0, o);
+    else st2(aqk, 0, o[0], o[1]);
+  }
+  solve_unit_lower<R>(blk, Pk, Tm, Z);
+
+  // ---- W = Tm (beta K~), U = Tm (beta V); then Qp = scale Q~ - A_qk W, Ob = A_qk U -------------
+  auto zero = [](int, int) { return 0.0f; };
+  block_product<kTC, kSplit, NTHR>(
+      blk, C, D, C, [&](int x, int s) { return Tm[x * LC + s]; }, [&](int s, int c) { return Bk[s * LR + c]; }, zero,
+      Overload{[&](int x, int c, float v) {
+                 Wk[x * LR + c] = v;
+                 st(static_cast<T*>(ws.W), cp.ws(dm, x, c), v);
+               },
+               [&](int x, int c, float v0, float v1) {
+                 sts2(Wk + x * LR + c, v0, v1);
+                 st2(static_cast<T*>(ws.W), cp.ws(dm, x, c), v0, v1);
+               }},
+      AllTiles(), KUpToRow());
+  block_product<kTC, kSplit, NTHR>(
+      blk, C, D, C, [&](int x, int s) { return Tm[x * LC + s]; }, [&](int s, int c) { return Bv[s * LR + c]; }, zero,
+      Overload{[&](int x, int c, float v) {
+                 Uk[x * LR + c] = v;
+                 st(ws.U, cp.ws(dm, x, c), v);
+               },
+               [&](int x, int c, float v0, float v1) {
+                 sts2(Uk + x * LR + c, v0, v1);
+                 st2(ws.U, cp.ws(dm, x, c), v0, v1);
+               }},
+      AllTiles(), KUpToRow());
+  blk.sync();
+  block_product<kTC, kSplit, NTHR>(
+      blk, C, D, C, [&](int x, int s) { return Pq[x * LC + s]; }, [&](int s, int c) { return Wk[s * LR + c]; }, zero,
+      Overload{[&](int x, int c, float v) { st(static_cast<T*>(ws.Qp), cp.ws(dm, x, c), Sq[x * LR + c] - v); },
+               [&](int x, int c, float v0, float v1) {
+                 st2(static_cast<T*>(ws.Qp), cp.ws(dm, x, c), Sq[x * LR + c] - v0, Sq[x * LR + c + 1] - v1);
+               }},
+      AllTiles(), KUpToRow());
+  block_product<kTC, kSplit, NTHR>(
+      blk, C, D, C, [&](int x, int s) { return Pq[x * LC + s]; }, [&](int s, int c) { return Uk[s * LR + c]; }, zero,
+      Overload{[&](int x, int c, float v) { st(static_cast<T*>(ws.Ob), cp.ws(dm, x, c), v); },
+               [&](int x, int c, float v0, float v1) { st2(static_cast<T*>(ws.Ob), cp.ws(dm, x, c), v0, v1); }},
+      AllTiles(), KUpToRow());
+}
+
+}  // namespace lt::kda::KDA_BLOCKS_NS
