@@ -119,6 +119,10 @@ struct Cfg {
   static constexpr int NTHR_R = C_ * 8;
   static constexpr int LR = D_ + 4;  // 16-byte rows; 4 mod 32: the mma fragment reads are conflict-free
   static constexpr int kIntraRowsFloats = 3 * CC + kSub * LC + 5 * C * LR + 3 * (C - kSub) * LR + (C / 4) * D + C;
+  // The intra adjoint in row ownership (kernels/kda/intra_adjoint_rows.h), same rows and
+  // threads: Pk, Tm, dT, dQ; Gamma, k^, q^ and five operand tiles [C][LR]; two warp-partial
+  // arrays; beta; the warp sums.
+  static constexpr int kIntraAdjRowsFloats = 4 * CC + 8 * C * LR + 2 * (NTHR_R / 32) * D + C + NTHR_R / 32 + 1;
   static constexpr int kAqkLH = KS + 8;                                     // row stride of aqk_dO's h[n] slice
   static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
   static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan

@@ -305,6 +305,33 @@ KDA_DEV void solve_unit_lower(Blk& blk, const float* A, float* Tm, float* Z) {
   }
 }
 
+// The intra adjoint's last step: once this block's row of ws.partials ([B*NT, H, D+1]: the
+// ddt_bias partials, then dA_log's) is written, the block counts itself done, and the block that
+// finishes head h last sums every row of the head in a fixed order (deterministic; double: B*NT
+// terms, free) into ddt_bias and dA_log. flag: one float of shared memory. Every thread calls it.
+template <int D, int NTHR, class Blk>
+KDA_DEV void reduce_gate_partials(Blk& blk, const FusedArgs& a, const BackwardWorkspace& ws, const ChunkPos& cp,
+                                  float* flag) {
+  const Dims& dm = a.dims;
+  blk.fence();  // every writer publishes its partials before the block counts itself done
+  blk.sync();
+  if (blk.tid() == 0) {
+    const uint32_t done = blk.arrive(&ws.counters[cp.h]);
+    *flag = done == static_cast<uint32_t>(dm.B * dm.NT() - 1) ? 1.0f : 0.0f;
+  }
+  blk.sync();
+  if (*flag != 0.0f) {
+    blk.acquire();
+    const int64_t rows = dm.B * dm.NT();
+    for (int d = blk.tid(); d <= D; d += NTHR) {
+      double s = 0.0;
+      for (int64_t pr = 0; pr < rows; ++pr) s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (D + 1) + d);
+      if (d < D) a.ddt_bias[cp.h * D + d] = static_cast<float>(s);
+      else a.dA_log[cp.h] = static_cast<float>(s);
+    }
+  }
+}
+
 // A block_product finish: element (r, c) goes to slice `keep` and to column col0 + c of the
 // chunk's rows of workspace tile `dst` (pairs: one 32/64-bit store).
 template <class G, class TO>

@@ -427,23 +427,7 @@ KDA_DEV void intra_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       for (int w = 0; w < NTHR / 32; ++w) s += red[w];
       mine[G::D] = s;
     }
-    blk.fence();  // every writer publishes its partials before the block counts itself done
-    blk.sync();
-    if (tid == 0) {
-      const uint32_t done = blk.arrive(&ws.counters[cp.h]);
-      red[NTHR / 32] = done == static_cast<uint32_t>(dm.B * dm.NT() - 1) ? 1.0f : 0.0f;
-    }
-    blk.sync();
-    if (red[NTHR / 32] != 0.0f) {
-      blk.acquire();
-      const int64_t rows = dm.B * dm.NT();
-      for (int d = tid; d <= G::D; d += NTHR) {
-        double s = 0.0;  // fixed order over (b, n): deterministic; double: B*NT terms, free
-        for (int64_t pr = 0; pr < rows; ++pr) s += blk.load_cg(ws.partials + (pr * dm.H + cp.h) * (G::D + 1) + d);
-        if (d < G::D) a.ddt_bias[cp.h * G::D + d] = static_cast<float>(s);
-        else a.dA_log[cp.h] = static_cast<float>(s);
-      }
-    }
+    reduce_gate_partials<G::D, NTHR>(blk, a, ws, cp, red + NTHR / 32);
   }
   // Chunk 0 is the scan's last: its blocks end after the scan's grid has completed, so this
   // grid completes after it (a launch that follows waits for this grid alone).

@@ -9,6 +9,7 @@
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/kda.h"
 #include "kernels/kda/intra_adjoint.h"
+#include "kernels/kda/intra_adjoint_rows.h"
 #include "kernels/launch.h"
 
 namespace lt::kda::cuda_launch {
@@ -25,27 +26,62 @@ __global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
   blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
 }
 
-}  // namespace
+// G = Cfg<64, C, 8 C> (Cfg::kIntraRows). Two blocks an SM at C = 32 (their shared memory admits
+// two; 128 registers a thread), four at C = 16.
+template <class G, class T, bool kTC, bool kLean>
+__global__ void __launch_bounds__(G::NTHR, G::NTHR == 256 ? 2 : 4)
+    kda_intra_adjoint_rows_kernel(FusedArgs a, BackwardWorkspace ws) {
+  extern __shared__ float4 smem4[];
+  CudaBlk blk;
+  int64_t bh, n;
+  blocks::intra_adjoint_chunk(blockIdx.x, a.dims.NT(), a.dims.B * a.dims.H, bh, n);
+  blocks::intra_adjoint_rows_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
+}
 
-template <int D, int C, class T, bool kTC>
-void launch_intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
-  using GA = typename blocks::Cfg<D, C>::Adj;
+// The row-ownership program (D = 64, C <= 32).
+template <class G, class T, bool kTC>
+void launch_intra_adjoint_rows(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  // the scan's form is compiled in, as in the inter adjoint (launch_backward)
-  auto* kda_bwd_intra_adjoint_full = &kda_intra_adjoint_kernel<GA, T, kTC, false>;
-  auto* kda_bwd_intra_adjoint_lean = &kda_intra_adjoint_kernel<GA, T, kTC, true>;
+  auto* kda_bwd_intra_adjoint_full = &kda_intra_adjoint_rows_kernel<G, T, kTC, false>;
+  auto* kda_bwd_intra_adjoint_lean = &kda_intra_adjoint_rows_kernel<G, T, kTC, true>;
   auto* kda_bwd_intra_adjoint = a.lean_scan == LeanScan::lean ? kda_bwd_intra_adjoint_lean : kda_bwd_intra_adjoint_full;
-  const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
+  const size_t smem_ia = G::kIntraAdjRowsFloats * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_bwd_intra_adjoint_full, smem_ia);
     allow_smem(kda_bwd_intra_adjoint_lean, smem_ia);
     return true;
   }();
   (void)once;
-  // launched while the scan runs (programmatic dependent launch: the scan's blocks let it
-  // launch at their start); each block waits for its chunk's scan_progress, so the chunk
-  // programs fill the SMs the scan leaves idle
-  LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
+  LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(G::NTHR), smem_ia, s, a, ws);
+}
+
+}  // namespace
+
+template <int D, int C, class T, bool kTC>
+void launch_intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
+  if constexpr (blocks::Cfg<D, C>::kIntraRows) {
+    launch_intra_adjoint_rows<blocks::Cfg<D, C, blocks::Cfg<D, C>::NTHR_R>, T, kTC>(a, ws, s);
+    return;
+  } else {
+    using GA = typename blocks::Cfg<D, C>::Adj;
+    const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
+    // the scan's form is compiled in, as in the inter adjoint (launch_backward)
+    auto* kda_bwd_intra_adjoint_full = &kda_intra_adjoint_kernel<GA, T, kTC, false>;
+    auto* kda_bwd_intra_adjoint_lean = &kda_intra_adjoint_kernel<GA, T, kTC, true>;
+    auto* kda_bwd_intra_adjoint =
+        a.lean_scan == LeanScan::lean ? kda_bwd_intra_adjoint_lean : kda_bwd_intra_adjoint_full;
+    const size_t smem_ia = GA::kIntraAdjFloats * sizeof(float);
+    static const bool once = [&] {
+      allow_smem(kda_bwd_intra_adjoint_full, smem_ia);
+      allow_smem(kda_bwd_intra_adjoint_lean, smem_ia);
+      return true;
+    }();
+    (void)once;
+    // launched while the scan runs (programmatic dependent launch: the scan's blocks let it
+    // launch at their start); each block waits for its chunk's scan_progress, so the chunk
+    // programs fill the SMs the scan leaves idle
+    LT_LAUNCH_PDL(kda_bwd_intra_adjoint, dim3(static_cast<unsigned>(NT * BH)), dim3(GA::NTHR), smem_ia, s, a, ws);
+  }
 }
 
 }  // namespace lt::kda::cuda_launch
