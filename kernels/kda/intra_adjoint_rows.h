@@ -33,42 +33,47 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   const int c0 = 4 * j, c1 = 32 + 4 * j;
   const bool valid = r < cp.L;
   // shared memory (floats)
-  float* Pk = smem;             // [C][LC] P(k^,k^) raw, s < r (0 elsewhere on the diagonal blocks)
-  float* Tm = Pk + G::CC;       // [C][LC] (I + A)^{-1}
-  float* dT = Tm + G::CC;       // [C][LC] dTm -> dA -> dP_kk = beta_r dA
-  float* dQ = dT + G::CC;       // [C][LC] A (solve input), then dP_qk = scale dA_qk
-  float* Gs = dQ + G::CC;       // [C][LR] Gamma (log2 units)
-  float* Kh = Gs + C * LR;      // [C][LR] k^
-  float* Qh = Kh + C * LR;      // [C][LR] q^
-  float* T1 = Qh + C * LR;      // [C][LR] operand / result tiles, by phase
+  float* Pk = smem;         // [C][LC] P(k^,k^) raw, s < r (0 elsewhere on the diagonal blocks)
+  float* Tm = Pk + G::CC;   // [C][LC] (I + A)^{-1}
+  float* dT = Tm + G::CC;   // [C][LC] dTm -> dA -> dP_kk = beta_r dA
+  float* dQ = dT + G::CC;   // [C][LC] A (solve input), then dP_qk = scale dA_qk
+  float* Gs = dQ + G::CC;   // [C][LR] G (log2 units; Gamma = G + Ro)
+  float* Kh = Gs + C * LR;  // [C][LR] k^
+  float* Qh = Kh + C * LR;  // [C][LR] q^
+  float* T1 = Qh + C * LR;  // [C][LR] operand / result tiles, by phase
   float* T2 = T1 + C * LR;
   float* T3 = T2 + C * LR;
   float* T4 = T3 + C * LR;
   float* T5 = T4 + C * LR;
-  float* Wt = T5 + C * LR;      // [NW][D] the warps' column partials
-  float* Wt2 = Wt + NW * D;     // [NW][D]
-  float* be = Wt2 + NW * D;     // [C]
-  float* red = be + C;          // [NW + 1]
+  float* Wt = T5 + C * LR;   // [NW][D] the warps' column partials
+  float* Wt2 = Wt + NW * D;  // [NW][D]
+  float* be = Wt2 + NW * D;  // [C]
+  float* Ro = be + C;        // [C] the rows' segment offsets (RowRegs::ro)
+  float* Wc = Ro + C;        // [NW]
+  float* red = Wc + NW;      // [NW + 1]
   auto zero = [](int, int) { return 0.0f; };
 
   // ---- loads, row stats, gate, Gamma: registers ----------------------------------------------------
   RowRegs rw;
-  load_rows<G, T>(blk, a, cp, r, j, Wt, rw);
-  const float beta = rw.beta, rq = rw.rq, rk = rw.rk;
+  load_rows<G, T>(blk, a, cp, r, j, Wt, Wc, rw);
+  const float beta = rw.beta, rq = rw.rq, rk = rw.rk, ro = rw.ro;
   const float(&qh)[8] = rw.qh;
   const float(&kh)[8] = rw.kh;
   const float(&vv)[8] = rw.vv;
   const float(&gm)[8] = rw.gm;
   const float(&gx)[8] = rw.gx;
   const float(&ga)[8] = rw.ga;
-  if (j == 0) be[r] = beta;
+  if (j == 0) {
+    be[r] = beta;
+    Ro[r] = ro;
+  }
   sts_row8(Gs + r * LR, c0, c1, gm);
   sts_row8(Kh + r * LR, c0, c1, kh);
   sts_row8(Qh + r * LR, c0, c1, qh);
   {  // K~ = k^ e^Gamma (P1's operand)
     float kt[8];
     KDA_UNROLL
-    for (int i = 0; i < 8; ++i) kt[i] = kh[i] * exp2_fast(gm[i]);
+    for (int i = 0; i < 8; ++i) kt[i] = kh[i] * exp2_fast(gm[i] + ro);
     sts_row8(T2 + r * LR, c0, c1, kt);
   }
   // Everything above reads the inputs only; from here on the scan's rows of this chunk
@@ -118,8 +123,10 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   if constexpr (NO > 0) {  // T3 rows < 16: y = k^ e^{Gamma_16 - Gamma_s}; rows >= 16: k^ e^{Gamma_r - Gamma_16}
     float g16[8], x8[8];
     lds_row8(Gs + kSub * LR, c0, c1, g16);
+    const float o16 = Ro[kSub];
     KDA_UNROLL
-    for (int i = 0; i < 8; ++i) x8[i] = kh[i] * exp2_fast(r < kSub ? g16[i] - gm[i] : gm[i] - g16[i]);
+    for (int i = 0; i < 8; ++i)
+      x8[i] = kh[i] * exp2_fast(r < kSub ? dlog2(g16[i], o16, gm[i], ro) : dlog2(gm[i], ro, g16[i], o16));
     sts_row8(T3 + r * LR, c0, c1, x8);
   }
   {  // diagonal sub-block of P(k^,k^): s = n0 + m < r
@@ -133,8 +140,9 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
         float ks[8], gsv[8];
         lds_row8(Kh + s * LR, c0, c1, ks);
         lds_row8(Gs + s * LR, c0, c1, gsv);
+        const float os = Ro[s];
         KDA_UNROLL
-        for (int i = 0; i < 8; ++i) v[m] += kh[i] * (ks[i] * exp2_fast(gm[i] - gsv[i]));
+        for (int i = 0; i < 8; ++i) v[m] += kh[i] * (ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os)));
       }
     }
     reduce_scatter8(blk, v, j);  // lane j: m = 2j, 2j + 1
@@ -144,7 +152,8 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   if constexpr (NO > 0) {
     block_product<kTC, kSplit, NTHR>(
         blk, NO, kSub, D, [&](int x, int k) { return T3[(kSub + x) * LR + k]; },
-        [&](int k, int s) { return T3[s * LR + k]; }, zero, [&](int x, int s, float v) { Pk[(kSub + x) * LC + s] = v; });
+        [&](int k, int s) { return T3[s * LR + k]; }, zero,
+        [&](int x, int s, float v) { Pk[(kSub + x) * LC + s] = v; });
   }
   block_product<kTC, kSplit, NTHR>(
       blk, C, C, D, [&](int x, int c) { return T1[x * LR + c]; }, [&](int c, int s) { return T2[s * LR + c]; }, zero,
@@ -240,14 +249,15 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   if constexpr (NO > 0) {  // T3 rows < 16: y = k^ e^{Gamma_16 - Gamma_s}; T3 / T4 rows >= 16: q^ / k^ to row 16
     float g16[8], x8[8], y8[8];
     lds_row8(Gs + kSub * LR, c0, c1, g16);
+    const float o16 = Ro[kSub];
     if (r < kSub) {
       KDA_UNROLL
-      for (int i = 0; i < 8; ++i) x8[i] = kh[i] * exp2_fast(g16[i] - gm[i]);
+      for (int i = 0; i < 8; ++i) x8[i] = kh[i] * exp2_fast(dlog2(g16[i], o16, gm[i], ro));
       sts_row8(T3 + r * LR, c0, c1, x8);
     } else {
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float f = exp2_fast(gm[i] - g16[i]);
+        const float f = exp2_fast(dlog2(gm[i], ro, g16[i], o16));
         x8[i] = qh[i] * f;
         y8[i] = kh[i] * f;
       }
@@ -255,7 +265,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       sts_row8(T4 + r * LR, c0, c1, y8);
     }
   }
-  blk.sync();  // dP_kk, X_w and the operands above written
+  blk.sync();                        // dP_kk, X_w and the operands above written
   block_product<kTC, kSplit, NTHR>(  // Y_W into T2
       blk, C, D, C, [&](int s, int x) { return Tm[x * LC + s]; }, [&](int x, int c) { return T1[x * LR + c]; }, zero,
       Overload{[&](int s, int c, float v) { T2[s * LR + c] = -v; },
@@ -271,8 +281,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
         });
     // columns x < 16 against the rows of sub-block 1 (K = 32: q terms, then k terms), into T4 rows 0..15
     block_product<kTC, kSplit, NTHR>(
-        blk, kSub, D, 2 * kSub,
-        [&](int x, int k) { return k < kSub ? dQ[(kSub + k) * LC + x] : dT[k * LC + x]; },
+        blk, kSub, D, 2 * kSub, [&](int x, int k) { return k < kSub ? dQ[(kSub + k) * LC + x] : dT[k * LC + x]; },
         [&](int k, int c) { return k < kSub ? T3[(kSub + k) * LR + c] : T4[k * LR + c]; }, zero,
         Overload{[&](int x, int c, float v) { T4[x * LR + c] = v; },
                  [&](int x, int c, float v0, float v1) { sts2(T4 + x * LR + c, v0, v1); }});
@@ -284,13 +293,14 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   {
     float gl[8], yw[8], xq[8], xk[8];
     lds_row8(Gs + (C - 1) * LR, c0, c1, gl);
+    const float ol = Ro[C - 1];
     lds_row8(T2 + r * LR, c0, c1, yw);
     ld_row8(static_cast<const T*>(ws.Xq), cp, dm, r, c0, c1, xq);
     ld_row8(ws.Xk, cp, dm, r, c0, c1, xk);
     float p = 0.0f;
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
-      const float eg = exp2_fast(gm[i]);
+      const float eg = exp2_fast(gm[i] + ro);
       const float kt = kh[i] * eg;
       const float t = beta * yw[i];
       DK[i] = t * eg;
@@ -298,7 +308,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       p += yw[i] * kt;
       DQ[i] = scale * xq[i] * eg;  // dQ~ = scale X_q
       dG[i] += DQ[i] * qh[i];
-      const float kb = xk[i] * exp2_fast(gl[i] - gm[i]);  // X_k = dKbar
+      const float kb = xk[i] * exp2_fast(dlog2(gl[i], ol, gm[i], ro));  // X_k = dKbar
       DK[i] += kb;
       dG[i] -= kb * kh[i];
       cs[i] = kb * kh[i];
@@ -313,9 +323,10 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       float ks[8], gsv[8];
       lds_row8(Kh + s * LR, c0, c1, ks);
       lds_row8(Gs + s * LR, c0, c1, gsv);
+      const float os = Ro[s];
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float x = ks[i] * exp2_fast(gm[i] - gsv[i]);
+        const float x = ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os));
         rqs[i] += pq * x;
         rks[i] += pk * x;
       }
@@ -326,8 +337,9 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       lds_row8(Qh + rp * LR, c0, c1, qs);
       lds_row8(Kh + rp * LR, c0, c1, ks);
       lds_row8(Gs + rp * LR, c0, c1, gsv);
+      const float op = Ro[rp];
       KDA_UNROLL
-      for (int i = 0; i < 8; ++i) cc[i] += (pq * qs[i] + pk * ks[i]) * exp2_fast(gsv[i] - gm[i]);
+      for (int i = 0; i < 8; ++i) cc[i] += (pq * qs[i] + pk * ks[i]) * exp2_fast(dlog2(gsv[i], op, gm[i], ro));
     }
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
@@ -339,13 +351,14 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   if constexpr (NO > 0) {  // the off-diagonal products, brought from row 16 to row r
     float g16[8], t8[8];
     lds_row8(Gs + kSub * LR, c0, c1, g16);
+    const float o16 = Ro[kSub];
     if (r >= kSub) {
       float u8[8];
       lds_row8(T5 + (r - kSub) * LR, c0, c1, t8);
       lds_row8(T5 + r * LR, c0, c1, u8);
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float fr = exp2_fast(gm[i] - g16[i]);
+        const float fr = exp2_fast(dlog2(gm[i], ro, g16[i], o16));
         const float xq = t8[i] * fr, xk = u8[i] * fr;
         DQ[i] += xq;
         DK[i] += xk;
@@ -355,7 +368,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       lds_row8(T4 + r * LR, c0, c1, t8);
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float x = t8[i] * exp2_fast(g16[i] - gm[i]);  // e^{Gamma_16 - Gamma_r} <= 1
+        const float x = t8[i] * exp2_fast(dlog2(g16[i], o16, gm[i], ro));  // e^{Gamma_16 - Gamma_r} <= 1
         DK[i] += x;
         dG[i] -= kh[i] * x;
       }

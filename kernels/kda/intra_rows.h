@@ -48,22 +48,29 @@ KDA_DEV void sts_row8(float* t, int c0, int c1, const float* v) {
 }
 
 // What a row-ownership program holds of its row r over its 8 columns (c0.., c1..): q^, k^
-// (L2-normalised), v, Gamma (log2 units, the chunk-local cumsum of the gate; a packed
-// document's first token adds kSegmentStartGate), dg/dx, dg/dA_log; the row's rstd and beta.
-// All 0 on rows >= L (so Gamma stops growing there and Gamma_{C-1} = gamma).
+// (L2-normalised), v, G (log2 units, the chunk-local cumsum of the gate), dg/dx, dg/dA_log; the
+// row's rstd and beta; ro, its segment offset. All 0 on rows >= L (so G stops growing there).
+// Gamma = G + ro: a packed document's first token adds kSegmentStartGate to its gate, and ro is
+// kSegmentStartGate (log2 units) times the document starts at rows <= r of the chunk, kept apart
+// from G so that a decay between two rows of one document, (G_r - G_s) + (ro_r - ro_s), carries
+// no rounding of the offset (G_r + ro_r - G_s - ro_s would: ~1e-5 at an offset of 58).
 struct RowRegs {
   float qh[8] = {}, kh[8] = {}, vv[8] = {}, gm[8] = {}, gx[8] = {}, ga[8] = {};
-  float beta = 0.0f, rq = 0.0f, rk = 0.0f;
+  float beta = 0.0f, rq = 0.0f, rk = 0.0f, ro = 0.0f;
 };
-// Loads thread (r, j)'s part of its row and forms RowRegs; Gamma's column scan runs over the
-// warp's four rows (lane bits 3-4) by shuffles, then adds the totals of the warps before through
-// Wt ([NTHR/32][D] floats). Contains one block barrier; every thread must call it.
+// log2 of the decay from row b to row a (Gamma_a - Gamma_b) from G and the segment offsets.
+KDA_DEV float dlog2(float Ga, float oa, float Gb, float ob) { return (Ga - Gb) + (oa - ob); }
+// Loads thread (r, j)'s part of its row and forms RowRegs; G's column scan (and the count of
+// document starts) runs over the warp's four rows (lane bits 3-4) by shuffles, then adds the
+// totals of the warps before through Wt ([NTHR/32][D] floats) and Wc ([NTHR/32]). Contains one
+// block barrier; every thread must call it.
 template <class G, class T, class Blk>
-KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, int j, float* Wt, RowRegs& x) {
+KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, int j, float* Wt, float* Wc,
+                       RowRegs& x) {
   const Dims& dm = a.dims;
   const int lane = blk.tid() & 31, warp = blk.tid() >> 5, c0 = 4 * j, c1 = 32 + 4 * j;
   const bool valid = r < cp.L;
-  float restart = 0.0f;
+  float starts = 0.0f;  // 1 at a document's first token
   if (valid) {
     const int64_t i0 = cp.in(dm, r, c0), i1 = cp.in(dm, r, c1);
     ld4(static_cast<const T*>(a.q), i0, x.qh);
@@ -75,7 +82,7 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
     ld4(static_cast<const T*>(a.v), i0, x.vv);
     ld4(static_cast<const T*>(a.v), i1, x.vv + 4);
     x.beta = sigmoid_f(ld(static_cast<const T*>(a.b), cp.in_row(dm, r)));
-    if (a.seg_start != nullptr && a.seg_start[cp.b * dm.T + cp.t0 + r] != 0) restart = kSegmentStartGate;
+    if (a.seg_start != nullptr && a.seg_start[cp.b * dm.T + cp.t0 + r] != 0) starts = 1.0f;
   }
   float sq = 0.0f, sk = 0.0f;
   KDA_UNROLL
@@ -100,12 +107,12 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
       const GateVal gv = gate_value(x.gm[i] + db[i], ea, a.gate);
-      x.gm[i] = (gv.g + restart) * kLog2e;
+      x.gm[i] = gv.g * kLog2e;
       x.gx[i] = gv.dgdx;
       x.ga[i] = gv.dgda;
     }
   }
-  float tot[8], pre[8] = {};
+  float tot[8], pre[8] = {}, ctot = starts, cpre = 0.0f;  // c: the document starts (exact small integers)
   KDA_UNROLL
   for (int i = 0; i < 8; ++i) tot[i] = x.gm[i];
   KDA_UNROLL
@@ -116,17 +123,23 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
       if (lane & o) pre[i] += t;  // the partner's rows come first
       tot[i] += t;
     }
+    const float t = blk.shfl_xor(ctot, o);
+    if (lane & o) cpre += t;
+    ctot += t;
   }
   if (lane < 8) sts_row8(Wt + warp * G::D, c0, c1, tot);
+  if (lane == 0) Wc[warp] = ctot;
   blk.sync();
   for (int w = 0; w < warp; ++w) {
     float t[8];
     lds_row8(Wt + w * G::D, c0, c1, t);
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) pre[i] += t[i];
+    cpre += Wc[w];
   }
   KDA_UNROLL
   for (int i = 0; i < 8; ++i) x.gm[i] += pre[i];
+  x.ro = (cpre + starts) * (kSegmentStartGate * kLog2e);
 }
 
 template <class G, class T, bool kTC, class Blk>
@@ -144,11 +157,11 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
   const int tid = blk.tid(), r = tid >> 3, j = tid & 7;
   const int c0 = 4 * j, c1 = 32 + 4 * j;  // this thread's two column quads
   // shared memory (floats)
-  float* Pq = smem;          // [C][LC] A_qk = scale P(q^,k^), s <= r
-  float* Pk = Pq + G::CC;    // [C][LC] A = diag(beta) P(k^,k^), s < r
-  float* Tm = Pk + G::CC;    // [C][LC] (I + A)^{-1}
-  float* Z = Tm + G::CC;     // [kSub][LC] solve scratch
-  float* Gs = Z + kSub * LC;  // [C][LR] Gamma (log2 units), then W
+  float* Pq = smem;           // [C][LC] A_qk = scale P(q^,k^), s <= r
+  float* Pk = Pq + G::CC;     // [C][LC] A = diag(beta) P(k^,k^), s < r
+  float* Tm = Pk + G::CC;     // [C][LC] (I + A)^{-1}
+  float* Z = Tm + G::CC;      // [kSub][LC] solve scratch
+  float* Gs = Z + kSub * LC;  // [C][LR] G (log2 units; Gamma = G + Ro), then W
   float* Kh = Gs + C * LR;    // [C][LR] k^, then U
   float* Bk = Kh + C * LR;    // [C][LR] beta K~
   float* Bv = Bk + C * LR;    // [C][LR] beta V
@@ -158,17 +171,22 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
   float* Y = XK + NO * LR;    // [NO][LR] k^ of rows < 16 brought to row 16
   float* Wt = Y + NO * LR;    // [NW][D] the warps' gate totals
   float* be = Wt + NW * D;    // [C]
+  float* Ro = be + C;         // [C] the rows' segment offsets (RowRegs::ro)
+  float* Wc = Ro + C;         // [NW]
   float* Wk = Gs;
   float* Uk = Kh;
 
   // ---- loads, row stats, gate, Gamma: registers ----------------------------------------------
   RowRegs rw;
-  load_rows<G, T>(blk, a, cp, r, j, Wt, rw);
-  const float beta = rw.beta;
+  load_rows<G, T>(blk, a, cp, r, j, Wt, Wc, rw);
+  const float beta = rw.beta, ro = rw.ro;
   const float(&qh)[8] = rw.qh;
   const float(&kh)[8] = rw.kh;
   const float(&gm)[8] = rw.gm;
-  if (j == 0) be[r] = beta;
+  if (j == 0) {
+    be[r] = beta;
+    Ro[r] = ro;
+  }
   {
     float bv[8];
     KDA_UNROLL
@@ -181,22 +199,23 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
 
   // ---- elementwise tiles, the operands of the off-diagonal scores, the diagonal scores -------
   {
-    float gl[8];  // gamma = Gamma of the last row
+    float gl[8];  // G of the last row (gamma = G + ro of the last row)
     lds_row8(Gs + (C - 1) * LR, c0, c1, gl);
+    const float ol = Ro[C - 1];
     if (r == C - 1) {
       float gn[8];
       KDA_UNROLL
-      for (int i = 0; i < 8; ++i) gn[i] = gl[i] * kLn2;
+      for (int i = 0; i < 8; ++i) gn[i] = (gl[i] + ol) * kLn2;
       st4(ws.gamma, cp.gam(dm, c0), gn);
       st4(ws.gamma, cp.gam(dm, c1), gn + 4);
     }
     float bk[8], sqv[8], kb[8];
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
-      const float eg = exp2_fast(gm[i]);
-      bk[i] = beta * kh[i] * eg;                  // beta K~
-      sqv[i] = scale * qh[i] * eg;                // scale Q~
-      kb[i] = kh[i] * exp2_fast(gl[i] - gm[i]);  // Kbar
+      const float eg = exp2_fast(gm[i] + ro);
+      bk[i] = beta * kh[i] * eg;                               // beta K~
+      sqv[i] = scale * qh[i] * eg;                             // scale Q~
+      kb[i] = kh[i] * exp2_fast(dlog2(gl[i], ol, gm[i], ro));  // Kbar
     }
     sts_row8(Bk + r * LR, c0, c1, bk);
     sts_row8(Sq + r * LR, c0, c1, sqv);
@@ -206,13 +225,15 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
     st4(ws.Kbar, w0, kb);
     st4(ws.Kbar, w1, kb + 4);
   }
-  if constexpr (NO > 0) {  // through row 16: rows >= 16 x' = x e^{Gamma_r - Gamma_16}, rows < 16 y = k e^{Gamma_16 - Gamma_s}
+  if constexpr (
+      NO > 0) {  // through row 16: rows >= 16 x' = x e^{Gamma_r - Gamma_16}, rows < 16 y = k e^{Gamma_16 - Gamma_s}
     float g16[8], x1[8], x2[8];
     lds_row8(Gs + kSub * LR, c0, c1, g16);
+    const float o16 = Ro[kSub];
     if (r >= kSub) {
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float f = exp2_fast(gm[i] - g16[i]);
+        const float f = exp2_fast(dlog2(gm[i], ro, g16[i], o16));
         x1[i] = qh[i] * f;
         x2[i] = kh[i] * f;
       }
@@ -220,7 +241,7 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
       sts_row8(XK + (r - kSub) * LR, c0, c1, x2);
     } else {
       KDA_UNROLL
-      for (int i = 0; i < 8; ++i) x1[i] = kh[i] * exp2_fast(g16[i] - gm[i]);
+      for (int i = 0; i < 8; ++i) x1[i] = kh[i] * exp2_fast(dlog2(g16[i], o16, gm[i], ro));
       sts_row8(Y + r * LR, c0, c1, x1);
     }
   }
@@ -236,9 +257,10 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
         float ks[8], gsv[8];
         lds_row8(Kh + s * LR, c0, c1, ks);
         lds_row8(Gs + s * LR, c0, c1, gsv);
+        const float os = Ro[s];
         KDA_UNROLL
         for (int i = 0; i < 8; ++i) {
-          const float x = ks[i] * exp2_fast(gm[i] - gsv[i]);
+          const float x = ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os));
           v[m] += qh[i] * x;
           v[kSub + m] += kh[i] * x;
         }
