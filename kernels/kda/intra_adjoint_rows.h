@@ -136,13 +136,10 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     for (int m = 0; m < kSub; ++m) {
       v[m] = 0.0f;
       if (m < rr) {
-        const int s = n0 + m;
-        float ks[8], gsv[8];
-        lds_row8(Kh + s * LR, c0, c1, ks);
-        lds_row8(Gs + s * LR, c0, c1, gsv);
-        const float os = Ro[s];
+        float x[8];
+        decayed_key(Kh, Gs, Ro, n0 + m, LR, c0, c1, gm, ro, x);
         KDA_UNROLL
-        for (int i = 0; i < 8; ++i) v[m] += kh[i] * (ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os)));
+        for (int i = 0; i < 8; ++i) v[m] += kh[i] * x[i];
       }
     }
     reduce_scatter8(blk, v, j);  // lane j: m = 2j, 2j + 1
@@ -320,15 +317,12 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     float rqs[8] = {}, rks[8] = {}, cc[8] = {};
     for (int s = n0; s <= r; ++s) {
       const float pq = dQ[r * LC + s], pk = dT[r * LC + s];  // dT[r][r] = 0
-      float ks[8], gsv[8];
-      lds_row8(Kh + s * LR, c0, c1, ks);
-      lds_row8(Gs + s * LR, c0, c1, gsv);
-      const float os = Ro[s];
+      float x[8];
+      decayed_key(Kh, Gs, Ro, s, LR, c0, c1, gm, ro, x);
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const float x = ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os));
-        rqs[i] += pq * x;
-        rks[i] += pk * x;
+        rqs[i] += pq * x[i];
+        rks[i] += pk * x[i];
       }
     }
     for (int rp = r; rp < n0 + kSub; ++rp) {

@@ -4,7 +4,7 @@
 // Row norms, gates, Gamma's column scan (shuffles in a warp, warp totals across), the diagonal
 // sub-blocks' scores and every elementwise tile are formed in registers; shared memory holds
 // only what another thread reads (Gamma and k^ rows for the scores, the mma operands). Nine
-// block barriers where the slice program takes about forty.
+// block barriers where the slice program takes about thirty.
 #pragma once
 
 #include "kernels/kda/chunk_ops.h"
@@ -142,6 +142,19 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
   x.ro = (cpre + starts) * (kSegmentStartGate * kLog2e);
 }
 
+// x = k^_s e^{Gamma_r - Gamma_s} over this thread's 8 columns: row s's k^ and G from the shared
+// [C][LR] tiles Kh and Gs and its offset from Ro, row r's G and offset from registers (s <= r in
+// one document or across a start: every factor <= 1).
+KDA_DEV void decayed_key(const float* Kh, const float* Gs, const float* Ro, int s, int LR, int c0, int c1,
+                         const float* gm, float ro, float* x) {
+  float ks[8], gsv[8];
+  lds_row8(Kh + s * LR, c0, c1, ks);
+  lds_row8(Gs + s * LR, c0, c1, gsv);
+  const float os = Ro[s];
+  KDA_UNROLL
+  for (int i = 0; i < 8; ++i) x[i] = ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os));
+}
+
 template <class G, class T, bool kTC, class Blk>
 KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int64_t n,
                                 float* smem) {
@@ -253,16 +266,12 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
       v[m] = 0.0f;
       v[kSub + m] = 0.0f;
       if (m <= rr) {
-        const int s = n0 + m;
-        float ks[8], gsv[8];
-        lds_row8(Kh + s * LR, c0, c1, ks);
-        lds_row8(Gs + s * LR, c0, c1, gsv);
-        const float os = Ro[s];
+        float x[8];
+        decayed_key(Kh, Gs, Ro, n0 + m, LR, c0, c1, gm, ro, x);
         KDA_UNROLL
         for (int i = 0; i < 8; ++i) {
-          const float x = ks[i] * exp2_fast(dlog2(gm[i], ro, gsv[i], os));
-          v[m] += qh[i] * x;
-          v[kSub + m] += kh[i] * x;
+          v[m] += qh[i] * x[i];
+          v[kSub + m] += kh[i] * x[i];
         }
       }
     }
