@@ -53,7 +53,8 @@ KDA_DEV void sts_row8(float* t, int c0, int c1, const float* v) {
 // Gamma = G + ro: a packed document's first token adds kSegmentStartGate to its gate, and ro is
 // kSegmentStartGate (log2 units) times the document starts at rows <= r of the chunk, kept apart
 // from G so that a decay between two rows of one document, (G_r - G_s) + (ro_r - ro_s), carries
-// no rounding of the offset (G_r + ro_r - G_s - ro_s would: ~1e-5 at an offset of 58).
+// no rounding of the offset, where the difference of two Gammas does (docs/notes-kda.md, "the D64
+// chunk programs in row ownership").
 struct RowRegs {
   float qh[8] = {}, kh[8] = {}, vv[8] = {}, gm[8] = {}, gx[8] = {}, ga[8] = {};
   float beta = 0.0f, rq = 0.0f, rk = 0.0f, ro = 0.0f;
