@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "kernels/kda.h"
 #include "kernels/kda/instances.h"
@@ -67,13 +66,16 @@ void check_common(const FusedArgs& a) {
   if (!a.q || !a.k || !a.v || !a.f || !a.b || !a.A_log || !a.dt_bias) fail("missing input pointer");
   if (!a.h) fail("missing state trajectory h");
   // the chunk programs load four adjacent columns of an input row (and of dt_bias) at once
+  struct Aligned {
+    const void* p;
+    const char* name;
+    size_t bytes;
+  };
   const size_t quad = 4 * dtype_size(a.dtype);
-  for (const auto& [p, name] :
-       {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.f, "f"}, {a.dt_bias, "dt_bias"}}) {
-    const size_t need = std::string(name) == "dt_bias" ? 16 : quad;
-    if (reinterpret_cast<uintptr_t>(p) % need != 0)
-      fail(std::string(name) + " must be aligned to " + std::to_string(need) + " bytes");
-  }
+  for (const Aligned& x : {Aligned{a.q, "q", quad}, Aligned{a.k, "k", quad}, Aligned{a.v, "v", quad},
+                           Aligned{a.f, "f", quad}, Aligned{a.dt_bias, "dt_bias", 16}})
+    if (reinterpret_cast<uintptr_t>(x.p) % x.bytes != 0)
+      fail(std::string(x.name) + " must be aligned to " + std::to_string(x.bytes) + " bytes");
   if (a.scan_split != 0 && a.scan_split != 1 && a.scan_split != 2 && a.scan_split != 4)
     fail("scan_split must be 0, 1, 2 or 4, got " + std::to_string(a.scan_split));
   if (a.lean_scan != LeanScan::pick && a.lean_scan != LeanScan::full && a.lean_scan != LeanScan::lean)

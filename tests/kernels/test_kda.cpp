@@ -243,7 +243,7 @@ TEST_CASE("KDA fused CPU twins match the naive recurrence", "[kda][twin]") {
 
 TEST_CASE("KDA fused backward parts: argument checks name what each part is missing", "[kda]") {
   // The checks run before any kernel, so these pointers are never dereferenced.
-  float dummy[4] = {};
+  alignas(16) float dummy[4] = {};
   void* p = dummy;
   FusedArgs a;
   a.dims = Dims{1, 20, 1, 64, 16};
@@ -273,6 +273,29 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   CHECK(message(BackwardLaunches::adjoints).find("partials") != std::string::npos);
   a.dO = nullptr;
   CHECK(message(BackwardLaunches::all).find("dO") != std::string::npos);
+}
+
+TEST_CASE("KDA fused: an input the chunk programs cannot load four columns at a time is named", "[kda]") {
+  // The checks run before any kernel, so these pointers are never dereferenced.
+  alignas(16) float buf[8] = {};
+  FusedArgs a;
+  a.dims = Dims{1, 20, 1, 64, 16};
+  a.dtype = DType::bf16;
+  a.q = a.k = a.v = a.f = a.b = buf;
+  a.A_log = a.dt_bias = a.h = buf;
+  a.o = buf;
+  ForwardWorkspace fw;
+  auto message = [&]() -> std::string {
+    try {
+      fused_forward_cpu(a, fw);
+    } catch (const std::invalid_argument& e) { return e.what(); }
+    return "(no exception)";
+  };
+  a.k = reinterpret_cast<char*>(buf) + 2;  // one bf16 element off: 8-byte loads need 8
+  CHECK(message().find("k must be aligned to 8 bytes") != std::string::npos);
+  a.k = reinterpret_cast<char*>(buf) + 8;
+  a.dt_bias = buf + 1;
+  CHECK(message().find("dt_bias must be aligned to 16 bytes") != std::string::npos);
 }
 
 TEST_CASE(
