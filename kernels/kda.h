@@ -217,12 +217,12 @@ struct WorkspaceBytes {
   size_t counters = 0;
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
-// The inter adjoint's V split for B*H sequences on `sms` SMs: 4 while the split blocks fill at
-// most a quarter of the SMs (16 * B*H <= sms), else 1: a cluster step is only a little shorter
-// than a single block's, so the split pays only while it fills idle SMs; 2 is never picked (the
-// D128 split-2 program spills). Figures: docs/notes-kda.md, "The figures behind the code's
-// choices".
-int inter_adjoint_split(int64_t bh, int sms);
+// The inter adjoint's V split for B*H sequences of head dim D on `sms` SMs: 4 while the split
+// blocks fill at most a quarter of the SMs (16 * B*H <= sms), and at bf16 D = 128 at most half
+// of them (8 * B*H <= sms), else 1: a cluster step is only a little shorter than a single
+// block's, so the split pays only while it fills idle SMs; 2 is never picked (the D128 split-2
+// program spills). Figures: docs/notes-kda.md, "The figures behind the code's choices".
+int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
 // lean when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
 // dim, else full: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.

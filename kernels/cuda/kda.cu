@@ -47,7 +47,7 @@ int scan_split(const FusedArgs& a) {
   }();
   if (forced != 0) return forced;
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return inter_adjoint_split(a.dims.B * a.dims.H, sms);
+  return inter_adjoint_split(a.dims.B * a.dims.H, sms, static_cast<int>(a.dims.D), a.dtype);
 }
 
 // FusedArgs::lean_scan for a scan split `nv`: lean when nv > 1 (a split scan is always lean);

@@ -21,7 +21,10 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   return w;
 }
 
-int inter_adjoint_split(int64_t bh, int sms) { return 16 * bh <= sms ? 4 : 1; }
+int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype) {
+  const int64_t share = D == 128 && dtype != DType::f32 ? 8 : 16;
+  return share * bh <= sms ? 4 : 1;
+}
 LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
   if (split > 1) return LeanScan::lean;
   const bool lean = dtype != DType::f32 ? 8 * bh <= 3 * static_cast<int64_t>(sms)

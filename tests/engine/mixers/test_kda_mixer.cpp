@@ -122,6 +122,33 @@ TEST_CASE("KDA scan form pick: a split scan is lean, and lean gives way to full 
       }
 }
 
+TEST_CASE("KDA scan split pick: 4 while the split blocks leave SMs idle, then 1, never 2", "[kda]") {
+  // The bounds (kernels/kda.h inter_adjoint_split) are a measurement; what holds for every entry:
+  // the split is 1 or 4, there is one boundary (4 below it, 1 above), a single sequence splits on
+  // a full-size GPU, and the split blocks never outnumber the SMs.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int D : {64, 128})
+      for (int sms : {8, 78, 132, 144}) {
+        INFO("D " << D << " " << dtype_name(dt) << " sms " << sms);
+        if (sms >= 16) CHECK(inter_adjoint_split(1, sms, D, dt) == 4);
+        int prev = 4;
+        for (int64_t bh = 1; bh <= 2 * sms; ++bh) {
+          const int split = inter_adjoint_split(bh, sms, D, dt);
+          CHECK((split == 1 || split == 4));
+          CHECK((split == prev || prev == 4));  // 4, then 1: one boundary
+          if (split == 4) CHECK(4 * bh <= sms);
+          prev = split;
+        }
+      }
+  // bf16 D128 splits up to 16 sequences on 132 SMs, where D64 and f32 stop at 8 (the figures:
+  // docs/notes-kda.md, "2026-12-06 (evening): the sweep against fla")
+  CHECK(inter_adjoint_split(16, 132, 128, DType::bf16) == 4);
+  CHECK(inter_adjoint_split(17, 132, 128, DType::bf16) == 1);
+  CHECK(inter_adjoint_split(16, 132, 64, DType::bf16) == 1);
+  CHECK(inter_adjoint_split(8, 132, 64, DType::bf16) == 4);
+  CHECK(inter_adjoint_split(16, 132, 128, DType::f32) == 1);
+}
+
 TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kda]") {
   // The table (kernels/kda.h fused_chunk) is a measurement; what holds for every entry: a chunk
   // the fused path takes, never longer than the sequence needs, and an explicit chunk wins.
