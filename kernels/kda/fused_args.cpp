@@ -35,8 +35,10 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
 
 // The fastest chunk per dtype and head dim from the sweep configs/bench-kda-chunks.json (figures:
 // docs/notes-kda.md, "The figures behind the code's choices"):
-//   bf16 D64     32 at every shape: the intra adjoint's C^2 D products double from 32 to 64,
-//                and 16 doubles the scan steps
+//   bf16 D64     32: the intra adjoint's C^2 D products double from 32 to 64, and 16 doubles
+//                the scan steps; except at B*H <= 8 and T >= 2048, where the split scans' serial
+//                steps are the time and halving their number wins (docs/notes-kda.md,
+//                "2026-12-06 (evening): the sweep against fla"; shorter T not measured)
 //   bf16 D128    32, except at B*H <= 8, where the backward scan runs split over V and 64 wins
 //   fp32 D64     16
 //   fp32 D128    32
@@ -45,7 +47,7 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
 int fused_chunk(int64_t bh, int64_t T, int D, DType dtype) {
   int c = 32;
   if (dtype == DType::f32 && D == 64) c = 16;
-  else if (dtype != DType::f32 && D == 128 && bh <= 8) c = 64;
+  else if (dtype != DType::f32 && bh <= 8 && (D == 128 || T >= 2048)) c = 64;
   if (T <= 16) return 16;
   if (T <= 32) return c < 32 ? c : 32;
   return c;
