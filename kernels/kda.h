@@ -115,6 +115,14 @@ struct FusedArgs {
   // (inter_adjoint_split); the CPU twin takes 0 as 1. CUDA below compute capability 9.0
   // (no clusters): always 1.
   int scan_split = 0;
+  // The two-level backward scan (kernels/kda/state_adjoint.h): chunks per group. The first
+  // level scans S' alone over all chunks, split over V (D / 16 blocks per (b, h), no
+  // exchange), and saves S' at every group boundary (BackwardWorkspace::scan_states); the
+  // second runs the single-block lean scan on every group at once from its boundary's S', so
+  // the serial chain of full scan steps is one group long. Bit-identical to the one-block scan.
+  // 0: the pick on CUDA (resolve_scan_group_cuda), one level on the CPU twin; a value >= NT: one group, i.e. the one-level scan. A
+  // group below NT needs tensor_cores, scan_split 1 and the lean scan (it forces both).
+  int scan_group = 0;
   // Which launch forms the backward products that do not need the adjoint state S'
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
   // scan_split > 1. A split scan is always lean.
@@ -205,8 +213,12 @@ struct BackwardWorkspace {
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk (fp32) over that chunk's
   // rows of Delta / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H + B*H] blocks done per head, then the scan's progress per
-                                 // sequence (zeroed by the aqk_dO launch)
+  uint32_t* counters = nullptr;  // [H + 2 B*H*NT + 1] blocks done per head; the scan's progress per
+                                 // (sequence, group); the first level's boundary flags per
+                                 // (sequence, group); the two-level scan's block ticket
+                                 // (zeroed by the aqk_dO launch)
+  // two-level scan only (FusedArgs::scan_group < NT): S' at each group's upper boundary
+  float* scan_states = nullptr;  // [B*H, NG - 1, D, D] fp32, NG = ceil(NT / scan_group)
 };
 struct WorkspaceBytes {
   size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO
@@ -217,6 +229,13 @@ struct WorkspaceBytes {
   size_t counters = 0;
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
+// BackwardWorkspace::scan_states for `group` chunks per group (0 where group >= NT: one level).
+size_t scan_state_bytes(const Dims& dims, int group);
+// True where `a` runs the two-level backward scan: 0 < scan_group < NT.
+bool two_level_scan(const FusedArgs& a);
+// The two-level scan's group for B*H sequences of NT chunks, head dim D, on `sms` SMs: chunks
+// per group, or NT (one level). Figures: docs/notes-kda.md, "The two-level backward scan".
+int scan_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype);
 // The inter adjoint's V split for B*H sequences of head dim D on `sms` SMs: 4 while the split
 // blocks fill at most a quarter of the SMs (16 * B*H <= sms), and at bf16 D = 128 at most half
 // of them (8 * B*H <= sms), else 1: a cluster step is only a little shorter than a single
@@ -250,7 +269,7 @@ enum class BackwardLaunches { all, aqk_dO, adjoints };
 void check_fused_args(const FusedArgs& a);
 void check_fused_args(const FusedArgs& a, BackwardLaunches part);
 void check_workspace(const ForwardWorkspace& ws);
-void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part);
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs& a);
 // Throw std::invalid_argument when (D, C, dtype, tensor_cores) is not a compiled line of
 // kernels/kda/instances.def (the simt variant without -DLINTRAIN_KDA_SIMT=ON).
 void check_compiled(const FusedArgs& a);
@@ -265,5 +284,10 @@ void fused_backward_cpu(const FusedArgs& a, const BackwardWorkspace& ws, Backwar
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream);
 void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream,
                          BackwardLaunches part = BackwardLaunches::all);
+// FusedArgs::scan_group as the CUDA backward will run it: the argument unless 0; else the
+// environment variable LINTRAIN_KDA_SCAN_GROUP (chunks per group, read once per process); else
+// scan_group_pick on the current device; NT where the one-level scan runs. The caller sizes
+// BackwardWorkspace::scan_states from it (scan_state_bytes) and passes it back in the args.
+int resolve_scan_group_cuda(const FusedArgs& a);
 
 }  // namespace lt::kda

@@ -9,6 +9,7 @@
 //   intra.h           intra          (forward, chunk-parallel)
 //   scan.h            inter          (forward state scan)
 //   aqk_dO.h          aqk_dO         (backward, first launch)
+//   state_adjoint.h   inter adjoint, first level of the two-level scan (S' alone, split over V)
 //   inter_adjoint.h   inter adjoint  (backward reverse scan; one block, or a cluster split over V)
 //   intra_adjoint.h   intra adjoint  (backward, chunk-parallel)
 // (the compiled configurations and their dispatch: kernels/kda/instances.h).
@@ -52,6 +53,11 @@
 //                                     D/NV state columns (dDelta, S') and D/NV K rows
 //                                     (X_k, dgamma_s), exchanging columns through DSMEM
 //                                     (inter_adjoint_split_program; FusedArgs::scan_split)
+//                     or grid (D/16 + NG)*B*H: the two-level scan (FusedArgs::scan_group):
+//                                     D/16 blocks per (b, h) scan S' alone over V tiles of
+//                                     16 columns and save it at every group boundary
+//                                     (state_adjoint_program), then NG one-block lean scans
+//                                     per (b, h), one a group of chunks, start from it
 //   intra_adjoint     grid NT*B*H   : everything chunk-local: (lean scan: X_q = dO S^T,
 //                                     X_w = dDelta S^T over sQ, W), dA_qk = dO Delta^T, dTm,
 //                                     dA = -Tm^T dTm Tm^T, dV, dbeta, the P adjoints, the

@@ -5,7 +5,8 @@
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
-//             where B*H leaves SMs idle) -> intra_adjoint (NT*B*H)                   3 launches
+//             where B*H leaves SMs idle, or the two-level scan's (D/16 + NG)*B*H)
+//             -> intra_adjoint (NT*B*H)                                           3 launches
 //             (the forward's W, U, scale Q~, Kbar, A_qk and gamma are saved, not recomputed;
 //             the intra adjoint runs beside the scan, each block waiting for its chunk's
 //             scan progress: kernels/kda/block_products.h, scan_progress)
@@ -73,6 +74,30 @@ LeanScan lean_scan(const FusedArgs& a, int nv) {
 
 }  // namespace cuda_launch
 
+int resolve_scan_group_cuda(const FusedArgs& a) {
+  const int NT = static_cast<int>(a.dims.NT());
+  if (a.scan_group != 0) return a.scan_group;
+  if (a.scan_split > 1 || a.lean_scan == LeanScan::full || !a.tensor_cores) return NT;  // asked for a one-level form
+  static const int forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_SCAN_GROUP");
+    const std::string v = e ? e : "";
+    if (v.empty()) return 0;
+    size_t used = 0;
+    int g = 0;
+    try {
+      g = std::stoi(v, &used);
+    } catch (const std::exception&) { used = 0; }
+    if (used != v.size() || g < 1)
+      throw std::invalid_argument("LINTRAIN_KDA_SCAN_GROUP must be a chunk count >= 1, got '" + v + "'");
+    return g;
+  }();
+  if (forced != 0) return forced;
+  int dev = 0, sms = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&dev));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return scan_group_pick(a.dims.B * a.dims.H, NT, sms, static_cast<int>(a.dims.D), a.dtype);
+}
+
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {
   check_fused_args(a);
   check_workspace(ws);
@@ -82,9 +107,11 @@ void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* st
                     [&]<int D, int C, class T, bool kTC>() { cuda_launch::forward<D, C, T, kTC>(a, ws, s); });
 }
 
-void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* stream, BackwardLaunches part) {
+void fused_backward_cuda(const FusedArgs& args, const BackwardWorkspace& ws, void* stream, BackwardLaunches part) {
+  FusedArgs a = args;
+  a.scan_group = resolve_scan_group_cuda(args);
   check_fused_args(a, part);
-  check_workspace(ws, part);
+  check_workspace(ws, part, a);
   check_compiled(a);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   dispatch_instance(a.dims.D, a.dims.C, a.dtype, a.tensor_cores,

@@ -143,16 +143,78 @@ struct ChunkPos {
   KDA_DEV int64_t gam(const Dims&, int col) const { return (bh * NT + n) * D + col; }
 };
 
-// The backward scan's progress for sequence bh (counters[H + bh], zeroed by aqk_dO): each of
-// the scan's nv blocks of the sequence (scan_blocks) adds 1 once a chunk's rows of dDelta,
-// X_k and dgamma_s (full scan: also X_q, X_w) are written, chunks in the scan's order
-// NT - 1, ..., 0. So chunk n is ready for the intra adjoint once the count reaches
-// nv (NT - n); that lets the intra adjoint run beside the scan (programmatic dependent
-// launch) on the SMs the scan leaves idle.
-KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int64_t bh) {
-  return ws.counters + dm.H + bh;
+// The backward scan's progress for sequence bh and group g (counters[H + bh NT + g], zeroed by
+// aqk_dO; one group unless the two-level scan: FusedArgs::scan_group): each of the scan's nv
+// blocks of the group (scan_blocks) adds 1 once a chunk's rows of dDelta, X_k and dgamma_s (full
+// scan: also X_q, X_w) are written, chunks in the scan's order hi - 1, ..., lo. So chunk n is
+// ready for the intra adjoint once its group's count reaches nv (hi - n) (scan_ready); that
+// lets the intra adjoint run beside the scan (programmatic dependent launch) on the SMs the scan
+// leaves idle.
+KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
+  return ws.counters + dm.H + bh * dm.NT() + g;
 }
 KDA_DEV int scan_blocks(const FusedArgs& a) { return a.scan_split > 1 ? a.scan_split : 1; }
+// Groups of the two-level scan (NG; 1 for the one-level scan) and group g's chunks [lo, hi).
+KDA_DEV int64_t scan_groups(const FusedArgs& a) {
+  const int64_t NT = a.dims.NT();
+  return a.scan_group > 0 && a.scan_group < NT ? (NT + a.scan_group - 1) / a.scan_group : 1;
+}
+KDA_DEV void scan_group_range(const FusedArgs& a, int64_t g, int64_t& lo, int64_t& hi) {
+  const int64_t NT = a.dims.NT(), NG = scan_groups(a), len = NG > 1 ? a.scan_group : NT;
+  lo = g * len;
+  hi = g + 1 < NG ? lo + len : NT;
+}
+// Wait (one thread; a block barrier after it) until the scan has written chunk n of sequence bh.
+template <class Blk>
+KDA_DEV void wait_scan_chunk(Blk& blk, const FusedArgs& a, const BackwardWorkspace& ws, int64_t bh, int64_t n) {
+  const int64_t g = scan_groups(a) > 1 ? n / a.scan_group : 0;
+  int64_t lo, hi;
+  scan_group_range(a, g, lo, hi);
+  blk.wait_progress(scan_progress(ws, a.dims, bh, g), static_cast<uint32_t>(scan_blocks(a) * (hi - n)));
+}
+// The two-level scan's first level: its flag for the boundary above group g of sequence bh (its
+// NV blocks add 1 each once their columns of that boundary's S' are written), and that S'
+// (g < NG - 1): [D][D] of BackwardWorkspace::scan_states.
+KDA_DEV uint32_t* scan_state_flag(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
+  return ws.counters + dm.H + dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
+}
+// The two-level grid's ticket: each block takes the next number at its start and does the work
+// of that number, so the first level's blocks are running before any block waits on them,
+// whatever order the hardware starts blocks in.
+KDA_DEV uint32_t* scan_ticket(const BackwardWorkspace& ws, const Dims& dm) {
+  return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT();
+}
+KDA_DEV float* scan_state(const FusedArgs& a, const BackwardWorkspace& ws, int64_t bh, int64_t g) {
+  const int64_t D = a.dims.D;
+  return ws.scan_states + (bh * (scan_groups(a) - 1) + g) * D * D;
+}
+
+// The scans' S' update on the tensor-core path: S' = e^gamma S' + acc over a warp's NTILES
+// accumulator tiles (acc[4 u + e]: element e of tile u), then acc = 0. at(u, e, i) gives
+// element e of tile u: its state row i and its index in Sp. Every load is issued before any
+// store, so that the loads are not each ordered behind the previous element's store (a
+// shared-memory round trip each).
+template <int NTILES, class FAt>
+KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at) {
+  KDA_UNROLL
+  for (int u = 0; u < NTILES; ++u) {
+    KDA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      int i;
+      const int x = at(u, e, i);
+      acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
+    }
+  }
+  KDA_UNROLL
+  for (int u = 0; u < NTILES; ++u) {
+    KDA_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      int i;
+      Sp[at(u, e, i)] = acc[4 * u + e];
+      acc[4 * u + e] = 0.0f;
+    }
+  }
+}
 
 // FusedArgs::scale with 0 read as D^-1/2 (kernels/mixer.h), in device code.
 KDA_DEV float resolved_scale(const FusedArgs& a) {

@@ -17,8 +17,25 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
-  w.counters = static_cast<size_t>(dm.H + dm.B * dm.H) * sizeof(uint32_t);
+  w.counters = static_cast<size_t>(dm.H + 2 * dm.B * dm.H * dm.NT() + 1) * sizeof(uint32_t);
   return w;
+}
+
+bool two_level_scan(const FusedArgs& a) { return a.scan_group > 0 && a.scan_group < a.dims.NT(); }
+
+size_t scan_state_bytes(const Dims& dm, int group) {
+  const int64_t NT = dm.NT();
+  if (group <= 0 || group >= NT) return 0;
+  const int64_t NG = (NT + group - 1) / group;
+  return static_cast<size_t>(dm.B * dm.H * (NG - 1) * dm.D * dm.D) * sizeof(float);
+}
+
+int scan_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype) {
+  (void)bh;
+  (void)sms;
+  (void)D;
+  (void)dtype;
+  return static_cast<int>(nt);
 }
 
 int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype) {
@@ -87,6 +104,13 @@ void check_common(const FusedArgs& a) {
     fail("lean_scan must be pick (0), full (1) or lean (2), got " + std::to_string(static_cast<int>(a.lean_scan)));
   if (a.lean_scan == LeanScan::full && a.scan_split > 1)
     fail("a split scan is always lean (lean_scan full with scan_split > 1)");
+  if (a.scan_group < 0) fail("scan_group must be >= 0, got " + std::to_string(a.scan_group));
+  if (a.scan_group > 0 && a.scan_group < d.NT()) {
+    if (!a.tensor_cores) fail("the two-level scan (scan_group < NT) needs tensor_cores");
+    if (a.scan_split > 1) fail("the two-level scan (scan_group < NT) runs unsplit (scan_split > 1 given)");
+    if (a.lean_scan == LeanScan::full)
+      fail("the two-level scan (scan_group < NT) is always lean (lean_scan full given)");
+  }
 }
 
 }  // namespace
@@ -110,7 +134,8 @@ void check_workspace(const ForwardWorkspace& ws) {
   if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 
-void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs& a) {
+  const bool two_level = two_level_scan(a);
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
   if (part != BackwardLaunches::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
@@ -118,6 +143,8 @@ void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {
     fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
   if (part != BackwardLaunches::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
     fail("saved tile missing (W, U, sQ, Kbar or gamma)");
+  if (part != BackwardLaunches::aqk_dO && two_level && !ws.scan_states)
+    fail("scan_states missing (the two-level scan: FusedArgs::scan_group < NT)");
   if (part != BackwardLaunches::aqk_dO &&
       (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
     fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");

@@ -2,46 +2,22 @@
 // blocks per (b, h) split over V (overview: kernels/kda_blocks.h).
 #pragma once
 
-#include "kernels/kda/chunk_ops.h"
+#include "kernels/kda/state_adjoint.h"
 
 namespace lt::kda::KDA_BLOCKS_NS {
-
-// The scans' S' update on the tensor-core path: S' = e^gamma S' + acc over a warp's NTILES
-// accumulator tiles (acc[4 u + e]: element e of tile u), then acc = 0. at(u, e, i) gives
-// element e of tile u: its state row i and its index in Sp. Every load is issued before any
-// store, so that the loads are not each ordered behind the previous element's store (a
-// shared-memory round trip each).
-template <int NTILES, class FAt>
-KDA_DEV void update_state_tiles(float* Sp, const float* eg, float* acc, FAt at) {
-  KDA_UNROLL
-  for (int u = 0; u < NTILES; ++u) {
-    KDA_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      int i;
-      const int x = at(u, e, i);
-      acc[4 * u + e] = eg[i] * Sp[x] + acc[4 * u + e];
-    }
-  }
-  KDA_UNROLL
-  for (int u = 0; u < NTILES; ++u) {
-    KDA_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      int i;
-      Sp[at(u, e, i)] = acc[4 * u + e];
-      acc[4 * u + e] = 0.0f;
-    }
-  }
-}
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
 // kTC: products on tensor cores; else fp32 CUDA cores. kLean (LeanScan::lean, a
 // template parameter so that neither form pays for the other's branch): Delta comes from
 // aqk_dO and X_q, X_w are left to the intra adjoint, so a row block forms dDelta, X_k and the
-// S' update only; S = h[n] is then read by dgamma_s alone.
+// S' update only; S = h[n] is then read by dgamma_s alone. Group g (the two-level scan's
+// second level, FusedArgs::scan_group; lean only): chunks [lo, hi) from the S' that the first
+// level (kernels/kda/state_adjoint.h) left at hi.
 // ======================================================================================
 template <class G, class T, bool kTC, bool kLean, class Blk>
-KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem) {
+KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, float* smem,
+                                   int64_t g = 0) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, LD = G::LDA, RB = G::RB, NT_ = G::NTHR_A, NW = NT_ / 32;
   constexpr bool kSplit = std::is_same_v<T, float>;
@@ -80,8 +56,15 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
   blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
-
-  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
+  int64_t lo, hi;
+  scan_group_range(a, g, lo, hi);
+  const float* Sp0 = a.dht ? a.dht + bh * D * D : nullptr;  // S' after chunk hi - 1 (null: 0)
+  if (hi < NT) {
+    if (tid == 0) blk.wait_progress(scan_state_flag(ws, dm, bh, g), StateAdjCfg<G>::NV);
+    blk.sync();
+    Sp0 = scan_state(a, ws, bh, g);
+  }
+  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = Sp0 ? Sp0[e] : 0.0f;
   constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
   float acc[kAccN];
   KDA_UNROLL
@@ -132,10 +115,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       pO[m] = t0 + r < dm.T ? ld_pair(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : Pair<T>{};
     }
   };
-  fetch_state(NT - 1);
-  if constexpr (!kStatePrefetch) copy_state(NT - 1);
-  fetch_rows(NT - 1, 0);
-  for (int64_t n = NT - 1; n >= 0; --n) {
+  fetch_state(hi - 1);
+  if constexpr (!kStatePrefetch) copy_state(hi - 1);
+  fetch_rows(hi - 1, 0);
+  for (int64_t n = hi - 1; n >= lo; --n) {
     if constexpr (kStatePrefetch) {
       KDA_UNROLL
       for (int m = 0; m < MS; ++m) {
@@ -161,7 +144,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
-      } else if (n > 0) {
+      } else if (n > lo) {
         fetch_rows(n - 1, 0);
         fetch_state(n - 1);
       }
@@ -298,9 +281,9 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       if ((lane & (32 / RW - 1)) == 0) ws.dgamma_s[(bh * NT + n) * D + warp + k * NW] = eg[warp + k * NW] * sum;
     }
     blk.sync();
-    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // chunk n's rows all written
+    if (tid == 0) blk.publish(scan_progress(ws, dm, bh, g));  // chunk n's rows all written
     if constexpr (!kStatePrefetch)
-      if (n > 0) copy_state(n - 1);  // S is read no more in this chunk
+      if (n > lo) copy_state(n - 1);  // S is read no more in this chunk
     if constexpr (kTC) {
       // S' = e^gamma S' + acc (X warps hold no S' tiles: warp-uniform); at(u, e, i): element e
       // of tile u, its row i and its index in Sp
@@ -325,7 +308,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     }
     blk.sync();
   }
-  if (a.dh0)
+  if (a.dh0 && lo == 0)
     for (int e = tid; e < D * D; e += NT_) a.dh0[bh * D * D + e] = Sp[(e / D) * LD + e % D];
 }
 
@@ -638,7 +621,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       copy4(ws.Xk + (bh * Tp + n * C + r) * D + c0 + cc, Xs + r * LX + cc);
     }
     blk.sync();
-    if (tid == 0) blk.publish(scan_progress(ws, dm, bh));  // this block's rows of chunk n written
+    if (tid == 0) blk.publish(scan_progress(ws, dm, bh, 0));  // this block's rows of chunk n written
   }
   if (a.dh0)
     for (int e = tid; e < D * VT; e += NT_) {

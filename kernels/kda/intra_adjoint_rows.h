@@ -78,7 +78,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
   }
   // Everything above reads the inputs only; from here on the scan's rows of this chunk
   // (dDelta, X_k, dgamma_s; full scan: X_q, X_w), ready once its nv blocks passed chunk n.
-  if (tid == 0) blk.wait_progress(scan_progress(ws, dm, bh), static_cast<uint32_t>(scan_blocks(a) * (cp.NT - n)));
+  if (tid == 0) wait_scan_chunk(blk, a, ws, bh, n);
   blk.sync();
 
   // ---- P0 (lean scan): X_q = dO S^T and X_w = dDelta S^T with S = h[n], over the chunk's rows

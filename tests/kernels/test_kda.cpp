@@ -79,6 +79,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.gate = c.gate;
   a.tensor_cores = !c.simt;
   a.scan_split = c.split;
+  a.scan_group = c.group;
   a.lean_scan = c.lean;
   a.q = q.data();
   a.k = k.data();
@@ -100,6 +101,8 @@ Result run_fused_twin(const Case& c, const Data& x) {
   Qp.poison();
   Ob.poison();
   BackwardWorkspace ws = backward_workspace(fw, Ob.data(), dgs.data(), parts.data(), counters.data());
+  std::vector<float> states(scan_state_bytes(d, c.group) / 4 + 1, NAN);  // the two-level scan's boundary states
+  ws.scan_states = states.data();
   a.dO = dO.data();
   a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data();
@@ -378,6 +381,69 @@ TEST_CASE(
       CHECK(b.differ == 0);
     }
   }
+}
+
+TEST_CASE(
+    "KDA fused CPU twins: the two-level backward scan matches the naive recurrence and the single-block "
+    "scan bit for bit",
+    "[kda][twin][group]") {
+  // The first level forms S' as the single-block scan does (the same tiles in the same k order)
+  // and the second level is that scan over each group from the first level's boundary state, so
+  // every output is bit-identical to the one-level lean scan.
+  const uint64_t seed = test_seed() + 5;
+  struct Sc {
+    Dims d;
+    bool h0, dht, lb;
+    DType dt;
+    int group;
+  };
+  const std::vector<Sc> cases = {
+      {{1, 100, 1, 64, 16}, true, true, false, DType::f32, 2},    // 7 chunks, 4 groups, the last short
+      {{1, 130, 2, 64, 32}, false, true, true, DType::bf16, 2},   // partial last chunk, lower-bound gate
+      {{1, 200, 1, 64, 64}, true, false, false, DType::bf16, 1},  // a group a chunk, no dht
+      {{1, 70, 1, 128, 16}, true, true, false, DType::f32, 3},    // D = 128: two S' tiles a warp
+      {{1, 100, 1, 128, 32}, false, true, false, DType::bf16, 2},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Sc& s = cases[i];
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, false);
+    if (skip_uncompiled(c)) continue;
+    const Data x = make_data(c, seed + i);
+    c.split = 1;
+    c.lean = LeanScan::lean;  // the two-level scan is lean: the single-block scan in the same form
+    const Result one = run_fused_twin(c, x);
+    c.group = s.group;
+    const Result got = run_fused_twin(c, x);
+    const Result ref = run_naive(c, x);
+    const GatedReport g =
+        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
+    CHECK(g.gated.pass);
+    for (const BitDiff& b : gradient_bit_diffs(got, one)) {
+      INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from the one-level scan");
+      CHECK(b.differ == 0);
+    }
+  }
+}
+
+TEST_CASE("KDA fused CPU twins: the two-level scan's arguments are checked", "[kda][twin][group]") {
+  Case c = make_case({1, 100, 1, 64, 16}, false, false, false, DType::f32, false);
+  const Data x = make_data(c, test_seed() + 6);
+  c.group = 2;
+  c.split = 4;  // a two-level scan runs unsplit
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("runs unsplit"));
+  c.split = 0;
+  c.lean = LeanScan::full;
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("always lean"));
+  c.lean = LeanScan::pick;
+  c.simt = true;
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("needs tensor_cores"));
+  // sizes: one boundary state per group but the top one, none for one group
+  const Dims d{2, 100, 3, 64, 16};  // 7 chunks
+  CHECK(scan_state_bytes(d, 2) == static_cast<size_t>(2 * 3 * 3 * 64 * 64 * 4));
+  CHECK(scan_state_bytes(d, 3) == static_cast<size_t>(2 * 3 * 2 * 64 * 64 * 4));
+  CHECK(scan_state_bytes(d, 7) == 0);
+  CHECK(scan_state_bytes(d, 0) == 0);
 }
 
 TEST_CASE("KDA instances: every configuration the engine can ask for is compiled, and the dispatch finds it",

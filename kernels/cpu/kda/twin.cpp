@@ -17,10 +17,13 @@ void fused_forward_cpu(const FusedArgs& a, const ForwardWorkspace& ws) {
 
 void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, BackwardLaunches part) {
   check_fused_args(args, part);
-  check_workspace(ws, part);
   check_compiled(args);
-  FusedArgs a = args;  // lean_scan resolved: pick is full on the CPU, and a split scan is lean
-  if (a.scan_split > 1) a.lean_scan = LeanScan::lean;
+  // resolved: scan_group 0 is one level; pick is full on the CPU; a split or two-level scan is lean
+  FusedArgs a = args;
+  if (a.scan_group == 0) a.scan_group = static_cast<int>(a.dims.NT());
+  check_workspace(ws, part, a);
+  if (two_level_scan(a)) a.scan_split = 1;
+  if (a.scan_split > 1 || two_level_scan(a)) a.lean_scan = LeanScan::lean;
   else if (a.lean_scan == LeanScan::pick) a.lean_scan = LeanScan::full;
   dispatch_instance(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores,
                     [&]<int D, int C, class T, bool kTC>() { twin::backward<D, C, T, kTC>(a, ws, part); });

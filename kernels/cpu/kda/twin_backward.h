@@ -4,6 +4,8 @@
 // units that instantiate twin::backward<D, C, T, kTC> for one line of kernels/kda/instances.def
 // each (kernels/CMakeLists.txt).
 #pragma once
+#include <algorithm>
+
 #include "kernels/cpu/kda/emulator.h"
 #include "kernels/cpu/kda/twin.h"
 #include "kernels/kda/aqk_dO.h"
@@ -29,6 +31,24 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaun
       blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g, rank, sm);
     });
   };
+  if constexpr (kTC) {
+    if (two_level_scan(
+            a)) {  // one grid as on CUDA, tickets in block order: the first level, then the groups (top first)
+      using SA = blocks::StateAdjCfg<G>;
+      const int64_t NG = blocks::scan_groups(a);
+      emulate_grid((SA::NV + NG) * BH, G::NTHR_A, std::max(G::kAdjFloats, SA::kFloats),
+                   [&](EmuBlock& blk, int64_t g, float* sm) {
+                     if (g < SA::NV * BH) {
+                       blocks::state_adjoint_program<G, T>(a, ws, blk, g / SA::NV, static_cast<int>(g % SA::NV), sm);
+                     } else {
+                       const int64_t j = g - SA::NV * BH;
+                       blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, j % BH, sm, NG - 1 - j / BH);
+                     }
+                   });
+      intra_adjoint<G::D, G::C, T, kTC>(a, ws);
+      return;
+    }
+  }
   if (a.scan_split == 4) split.template operator()<4>();
   else if (a.scan_split == 2) split.template operator()<2>();
   else if (a.lean_scan == LeanScan::lean)
