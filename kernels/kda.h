@@ -117,11 +117,13 @@ struct FusedArgs {
   int scan_split = 0;
   // The two-level backward scan (kernels/kda/state_adjoint.h): chunks per group. The first
   // level scans S' alone over all chunks, split over V (D / 16 blocks per (b, h), no
-  // exchange), and saves S' at every group boundary (BackwardWorkspace::scan_states); the
+  // exchange), and saves S' at every group boundary (in gradient rows not yet written:
+  // kernels/kda/block_products.h, scan_state_at; no memory of its own); the
   // second runs the single-block lean scan on every group at once from its boundary's S', so
   // the serial chain of full scan steps is one group long. Bit-identical to the one-block scan.
-  // 0: the pick on CUDA (resolve_scan_group_cuda), one level on the CPU twin; a value >= NT: one group, i.e. the one-level scan. A
-  // group below NT needs tensor_cores, scan_split 1 and the lean scan (it forces both).
+  // 0: the pick on CUDA (resolve_scan_group_cuda), one level on the CPU twin; a value >= NT: one
+  // group, i.e. the one-level scan. A group below NT needs tensor_cores, scan_split 1, the lean
+  // scan (it forces both) and D <= 2 scan_group C (bf16; f32: 4 scan_group C).
   int scan_group = 0;
   // Which launch forms the backward products that do not need the adjoint state S'
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
@@ -217,8 +219,6 @@ struct BackwardWorkspace {
                                  // (sequence, group); the first level's boundary flags per
                                  // (sequence, group); the two-level scan's block ticket
                                  // (zeroed by the aqk_dO launch)
-  // two-level scan only (FusedArgs::scan_group < NT): S' at each group's upper boundary
-  float* scan_states = nullptr;  // [B*H, NG - 1, D, D] fp32, NG = ceil(NT / scan_group)
 };
 struct WorkspaceBytes {
   size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO
@@ -229,13 +229,13 @@ struct WorkspaceBytes {
   size_t counters = 0;
 };
 WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
-// BackwardWorkspace::scan_states for `group` chunks per group (0 where group >= NT: one level).
-size_t scan_state_bytes(const Dims& dims, int group);
 // True where `a` runs the two-level backward scan: 0 < scan_group < NT.
 bool two_level_scan(const FusedArgs& a);
-// The two-level scan's group for B*H sequences of NT chunks, head dim D, on `sms` SMs: chunks
-// per group, or NT (one level). Figures: docs/notes-kda.md, "The two-level backward scan".
-int scan_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype);
+// The two-level scan's group for B*H sequences of NT chunks of C, head dim D, on `sms` SMs:
+// chunks per group, or NT (one level). bf16 while 8 B*H <= sms at D = 64, 16 B*H <= sms at
+// D = 128 (the one-block scan leaves most SMs idle), groups of NT / 16 chunks within [2, 8];
+// f32 (not measured) and more sequences: one level. Figures: docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan".
+int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
 // The inter adjoint's V split for B*H sequences of head dim D on `sms` SMs: 4 while the split
 // blocks fill at most a quarter of the SMs (16 * B*H <= sms), and at bf16 D = 128 at most half
 // of them (8 * B*H <= sms), else 1: a cluster step is only a little shorter than a single
@@ -286,8 +286,8 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
                          BackwardLaunches part = BackwardLaunches::all);
 // FusedArgs::scan_group as the CUDA backward will run it: the argument unless 0; else the
 // environment variable LINTRAIN_KDA_SCAN_GROUP (chunks per group, read once per process); else
-// scan_group_pick on the current device; NT where the one-level scan runs. The caller sizes
-// BackwardWorkspace::scan_states from it (scan_state_bytes) and passes it back in the args.
+// scan_group_pick on the current device; NT where the one-level scan runs. A caller that runs
+// the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
 int resolve_scan_group_cuda(const FusedArgs& a);
 
 }  // namespace lt::kda

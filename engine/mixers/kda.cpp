@@ -484,9 +484,6 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   const Tensor dgamma_s = tile_of(wb.gamma, DType::f32, dev), partials = tile_of(wb.partials, DType::f32, dev);
   ws.dgamma_s = dgamma_s.data<float>();
   ws.partials = partials.data<float>();
-  const size_t state_bytes = kda::scan_state_bytes(d, a.scan_group);  // the two-level scan's boundary states
-  const Tensor scan_states = state_bytes > 0 ? tile_of(state_bytes, DType::f32, dev) : Tensor();
-  ws.scan_states = scan_states.defined() ? scan_states.data<float>() : nullptr;
   run(kda::BackwardLaunches::adjoints);
   return g;
 }

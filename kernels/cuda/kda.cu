@@ -95,7 +95,7 @@ int resolve_scan_group_cuda(const FusedArgs& a) {
   int dev = 0, sms = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return scan_group_pick(a.dims.B * a.dims.H, NT, sms, static_cast<int>(a.dims.D), a.dtype);
+  return scan_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), sms, static_cast<int>(a.dims.D), a.dtype);
 }
 
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {

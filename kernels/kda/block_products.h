@@ -173,8 +173,7 @@ KDA_DEV void wait_scan_chunk(Blk& blk, const FusedArgs& a, const BackwardWorkspa
   blk.wait_progress(scan_progress(ws, a.dims, bh, g), static_cast<uint32_t>(scan_blocks(a) * (hi - n)));
 }
 // The two-level scan's first level: its flag for the boundary above group g of sequence bh (its
-// NV blocks add 1 each once their columns of that boundary's S' are written), and that S'
-// (g < NG - 1): [D][D] of BackwardWorkspace::scan_states.
+// NV blocks add 1 each once their columns of that boundary's S' are written).
 KDA_DEV uint32_t* scan_state_flag(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
   return ws.counters + dm.H + dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
 }
@@ -184,9 +183,20 @@ KDA_DEV uint32_t* scan_state_flag(const BackwardWorkspace& ws, const Dims& dm, i
 KDA_DEV uint32_t* scan_ticket(const BackwardWorkspace& ws, const Dims& dm) {
   return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT();
 }
-KDA_DEV float* scan_state(const FusedArgs& a, const BackwardWorkspace& ws, int64_t bh, int64_t g) {
-  const int64_t D = a.dims.D;
-  return ws.scan_states + (bh * (scan_groups(a) - 1) + g) * D * D;
+// Element e < D*D (row-major [D][D]) of S' entering group g < NG - 1 of sequence bh from above.
+// It is kept in the rows of the group's own chunks in the gradient outputs dq, dk, dv, df, seen
+// as W = D * sizeof(dtype) / 4 floats a row, rows of dq first: only the intra adjoint writes
+// those rows, and only once the group's second level has published their chunks, i.e. after it
+// read the state at its start. So the boundary states take no memory of their own. A group
+// (never the last, the only one that may be short) has scan_group * C full rows a tensor, and
+// D * D / W <= 4 scan_group C (check_fused_args).
+KDA_DEV float* scan_state_at(const FusedArgs& a, int64_t bh, int64_t g, int e) {
+  const Dims& dm = a.dims;
+  const int es = a.dtype == DType::f32 ? 4 : 2, W = dm.D * es / 4;
+  const int64_t rows = static_cast<int64_t>(a.scan_group) * dm.C, q = e / W;
+  const int64_t k = q / rows, t = g * rows + q % rows, b = bh / dm.H, h = bh % dm.H;
+  void* base = k == 0 ? a.dq : k == 1 ? a.dk : k == 2 ? a.dv : a.df;
+  return reinterpret_cast<float*>(static_cast<char*>(base) + ((b * dm.T + t) * dm.H + h) * dm.D * es) + e % W;
 }
 
 // The scans' S' update on the tensor-core path: S' = e^gamma S' + acc over a warp's NTILES

@@ -1,6 +1,7 @@
 // KDA fused path, host side shared by the CUDA kernels and their CPU twins: the workspace
 // sizes, the argument checks and the launch policy measured on the H200 (kernels/kda.h
 // documents each; the figures: docs/notes-kda.md, "The figures behind the code's choices").
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -23,19 +24,11 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
 
 bool two_level_scan(const FusedArgs& a) { return a.scan_group > 0 && a.scan_group < a.dims.NT(); }
 
-size_t scan_state_bytes(const Dims& dm, int group) {
-  const int64_t NT = dm.NT();
-  if (group <= 0 || group >= NT) return 0;
-  const int64_t NG = (NT + group - 1) / group;
-  return static_cast<size_t>(dm.B * dm.H * (NG - 1) * dm.D * dm.D) * sizeof(float);
-}
-
-int scan_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype) {
-  (void)bh;
-  (void)sms;
-  (void)D;
-  (void)dtype;
-  return static_cast<int>(nt);
+int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) {
+  if (dtype == DType::f32 || (D == 64 ? 8 : 16) * bh > sms) return static_cast<int>(nt);
+  int g = static_cast<int>(std::clamp<int64_t>(nt / 16, 2, 8));
+  while (2 * D > 4 * g * C) g *= 2;  // room for the boundary states (check_fused_args)
+  return g < nt ? g : static_cast<int>(nt);
 }
 
 int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype) {
@@ -53,10 +46,10 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
 // The fastest chunk per dtype and head dim from the sweep configs/bench-kda-chunks.json (figures:
 // docs/notes-kda.md, "The figures behind the code's choices"):
 //   bf16 D64     32: the intra adjoint's C^2 D products double from 32 to 64, and 16 doubles
-//                the scan steps; except at B*H <= 8 and T >= 2048, where the split scans' serial
-//                steps are the time and halving their number wins (docs/notes-kda.md,
-//                "2026-12-06 (evening): the sweep against fla"; shorter T not measured)
-//   bf16 D128    32, except at B*H <= 8, where the backward scan runs split over V and 64 wins
+//                the scan steps; also at few sequences, where the two-level backward scan
+//                shortens the serial chain (docs/notes-kda.md, "2026-12-06 (night): the two-level
+//                backward scan")
+//   bf16 D128    32, except at B*H <= 4, where the forward scan's steps still weigh and 64 wins
 //   fp32 D64     16
 //   fp32 D128    32
 // and never longer than the sequence needs: T <= 16 takes 16, T <= 32 at most 32 (the rows
@@ -64,7 +57,7 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
 int fused_chunk(int64_t bh, int64_t T, int D, DType dtype) {
   int c = 32;
   if (dtype == DType::f32 && D == 64) c = 16;
-  else if (dtype != DType::f32 && bh <= 8 && (D == 128 || T >= 2048)) c = 64;
+  else if (dtype != DType::f32 && D == 128 && bh <= 4) c = 64;
   if (T <= 16) return 16;
   if (T <= 32) return c < 32 ? c : 32;
   return c;
@@ -110,6 +103,11 @@ void check_common(const FusedArgs& a) {
     if (a.scan_split > 1) fail("the two-level scan (scan_group < NT) runs unsplit (scan_split > 1 given)");
     if (a.lean_scan == LeanScan::full)
       fail("the two-level scan (scan_group < NT) is always lean (lean_scan full given)");
+    // its boundary states live in a group's rows of the four gradient outputs (scan_state_at)
+    if (d.D * (a.dtype == DType::f32 ? 1 : 2) > 4 * a.scan_group * d.C)
+      fail("the two-level scan needs scan_group * chunk >= " + std::string(a.dtype == DType::f32 ? "D / 4" : "D / 2") +
+           " (scan_group " + std::to_string(a.scan_group) + ", chunk " + std::to_string(d.C) + ", D " +
+           std::to_string(d.D) + ")");
   }
 }
 
@@ -134,8 +132,7 @@ void check_workspace(const ForwardWorkspace& ws) {
   if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 
-void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs& a) {
-  const bool two_level = two_level_scan(a);
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs&) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
   if (part != BackwardLaunches::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
@@ -143,8 +140,6 @@ void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const F
     fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
   if (part != BackwardLaunches::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
     fail("saved tile missing (W, U, sQ, Kbar or gamma)");
-  if (part != BackwardLaunches::aqk_dO && two_level && !ws.scan_states)
-    fail("scan_states missing (the two-level scan: FusedArgs::scan_group < NT)");
   if (part != BackwardLaunches::aqk_dO &&
       (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
     fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");

@@ -58,13 +58,13 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
   int64_t lo, hi;
   scan_group_range(a, g, lo, hi);
-  const float* Sp0 = a.dht ? a.dht + bh * D * D : nullptr;  // S' after chunk hi - 1 (null: 0)
-  if (hi < NT) {
+  if (hi < NT) {  // S' after chunk hi from the first level
     if (tid == 0) blk.wait_progress(scan_state_flag(ws, dm, bh, g), StateAdjCfg<G>::NV);
     blk.sync();
-    Sp0 = scan_state(a, ws, bh, g);
+    for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = *scan_state_at(a, bh, g, e);
+  } else {
+    for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = a.dht ? a.dht[bh * D * D + e] : 0.0f;
   }
-  for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = Sp0 ? Sp0[e] : 0.0f;
   constexpr int kAccN = kTC ? 4 * NACC_T : NACC;
   float acc[kAccN];
   KDA_UNROLL

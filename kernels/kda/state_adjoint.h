@@ -1,6 +1,6 @@
 // KDA two-level backward scan, first level: the adjoint state S' alone, one block per (b, h,
-// V tile of 16 columns), reverse over all chunks; S' at every group boundary goes to
-// BackwardWorkspace::scan_states for the second level (inter_adjoint_program over one group)
+// V tile of 16 columns), reverse over all chunks; S' at every group boundary goes to the
+// second level (inter_adjoint_program over one group; where it is kept: scan_state_at)
 // (overview: kernels/kda_blocks.h; FusedArgs::scan_group).
 #pragma once
 
@@ -18,12 +18,12 @@ template <class G>
 struct StateAdjCfg {
   static constexpr int D = G::D, C = G::C, RB = G::RB, NTHR = G::NTHR_A, NW = NTHR / 32;
   static constexpr int BV = 16, NV = D / BV;
-  static constexpr int LD = G::LDA;  // D-wide rows: (g, t) and transposed (t, g) reads conflict-free
-  static constexpr int LB = BV + 8;  // BV-wide rows: (k = t, n = g) B-fragment reads conflict-free
-  static constexpr int TD = (C / 16) * (BV / 8);  // dDelta tiles (16x8), one a warp
-  static constexpr int TS = (D / 16) * (BV / 8);  // S' tiles
+  static constexpr int LD = G::LDA;                 // D-wide rows: (g, t) and transposed (t, g) reads conflict-free
+  static constexpr int LB = BV + 8;                 // BV-wide rows: (k = t, n = g) B-fragment reads conflict-free
+  static constexpr int TD = (C / 16) * (BV / 8);    // dDelta tiles (16x8), one a warp
+  static constexpr int TS = (D / 16) * (BV / 8);    // S' tiles
   static constexpr int TW = TS > NW ? TS / NW : 1;  // S' tiles a warp (one row of tiles: BV / 8)
-  static constexpr int MA = C * D / (2 * NTHR);       // D-wide row pairs a thread loads
+  static constexpr int MA = C * D / (2 * NTHR);     // D-wide row pairs a thread loads
   static constexpr int MB = (C * BV / 2 + NTHR - 1) / NTHR;  // BV-wide row pairs (guarded)
   static_assert(TD <= NW && TS % TW == 0 && TS / TW <= NW && (TW == 1 || TW == BV / 8));
   static_assert((C * D) % (2 * NTHR) == 0 && NTHR >= D && C % RB == 0);
@@ -41,13 +41,13 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const int64_t NT = dm.NT(), Tp = dm.Tp(), group = a.scan_group;
   const int v0 = vt * BV;
   const T* dO = static_cast<const T*>(a.dO);
-  float* Kr = smem;          // [C][LD] Kbar
-  float* Wr = Kr + C * LD;   // [C][LD] W
-  float* Qr = Wr + C * LD;   // [C][LD] scale Q~
-  float* Or = Qr + C * LD;   // [C][LB] dO, own columns
-  float* Dr = Or + C * LB;   // [C][LB] A_qk^T dO -> dDelta, own columns
-  float* Sp = Dr + C * LB;   // [D][LB] S', own columns
-  float* eg = Sp + D * LB;   // [D] e^gamma
+  float* Kr = smem;         // [C][LD] Kbar
+  float* Wr = Kr + C * LD;  // [C][LD] W
+  float* Qr = Wr + C * LD;  // [C][LD] scale Q~
+  float* Or = Qr + C * LD;  // [C][LB] dO, own columns
+  float* Dr = Or + C * LB;  // [C][LB] A_qk^T dO -> dDelta, own columns
+  float* Sp = Dr + C * LB;  // [D][LB] S', own columns
+  float* eg = Sp + D * LB;  // [D] e^gamma
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -132,13 +132,12 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       };
       update_state_tiles<TW>(Sp, eg, acc, at);
     }
-    blk.sync();  // S' complete before the next chunk's dDelta; the tiles free for its rows
+    blk.sync();                     // S' complete before the next chunk's dDelta; the tiles free for its rows
     if (n > 0 && n % group == 0) {  // the boundary above group n / group - 1
       const int64_t g = n / group - 1;
-      float* st = scan_state(a, ws, bh, g);
       for (int e = tid; e < D * BV; e += NT_) {
         const int i = e / BV, j = e % BV;
-        st[i * D + v0 + j] = Sp[i * LB + j];
+        *scan_state_at(a, bh, g, i * D + v0 + j) = Sp[i * LB + j];
       }
       blk.sync();
       if (tid == 0) blk.publish(scan_state_flag(ws, dm, bh, g));

@@ -101,8 +101,6 @@ Result run_fused_twin(const Case& c, const Data& x) {
   Qp.poison();
   Ob.poison();
   BackwardWorkspace ws = backward_workspace(fw, Ob.data(), dgs.data(), parts.data(), counters.data());
-  std::vector<float> states(scan_state_bytes(d, c.group) / 4 + 1, NAN);  // the two-level scan's boundary states
-  ws.scan_states = states.data();
   a.dO = dO.data();
   a.dht = c.dht ? dht.data() : nullptr;
   a.dq = dq.data();
@@ -438,12 +436,10 @@ TEST_CASE("KDA fused CPU twins: the two-level scan's arguments are checked", "[k
   c.lean = LeanScan::pick;
   c.simt = true;
   CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("needs tensor_cores"));
-  // sizes: one boundary state per group but the top one, none for one group
-  const Dims d{2, 100, 3, 64, 16};  // 7 chunks
-  CHECK(scan_state_bytes(d, 2) == static_cast<size_t>(2 * 3 * 3 * 64 * 64 * 4));
-  CHECK(scan_state_bytes(d, 3) == static_cast<size_t>(2 * 3 * 2 * 64 * 64 * 4));
-  CHECK(scan_state_bytes(d, 7) == 0);
-  CHECK(scan_state_bytes(d, 0) == 0);
+  // bf16 D128: a boundary state fills 256 gradient rows, a group of one 16-row chunk has 64
+  Case c2 = make_case({1, 40, 1, 128, 16}, false, false, false, DType::bf16, false);
+  c2.group = 1;
+  CHECK_THROWS_WITH(run_fused_twin(c2, make_data(c2, test_seed() + 7)), Catch::Contains("scan_group * chunk >= D / 2"));
 }
 
 TEST_CASE("KDA instances: every configuration the engine can ask for is compiled, and the dispatch finds it",

@@ -101,9 +101,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   float* dgamma_s = static_cast<float*>(dev.get(wb.gamma));
   float* partials = static_cast<float*>(dev.get(wb.partials));
   uint32_t* counters = static_cast<uint32_t*>(dev.get(wb.counters));
-  BackwardWorkspace bw = backward_workspace(fw, aqkT_dO, dgamma_s, partials, counters);
-  a.scan_group = resolve_scan_group_cuda(a);  // the two-level scan's boundary states, sized as the engine does
-  bw.scan_states = static_cast<float*>(dev.get(scan_state_bytes(d, a.scan_group) + 4));
+  const BackwardWorkspace bw = backward_workspace(fw, aqkT_dO, dgamma_s, partials, counters);
   a.dO = dev.up(dO.data(), dO.bytes());
   a.dht = c.dht ? static_cast<float*>(dev.up(dht)) : nullptr;
   a.dq = dev.get(n * es);

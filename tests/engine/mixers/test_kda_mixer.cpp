@@ -149,6 +149,41 @@ TEST_CASE("KDA scan split pick: 4 while the split blocks leave SMs idle, then 1,
   CHECK(inter_adjoint_split(16, 132, 128, DType::f32) == 1);
 }
 
+TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 in [2, 8], args it accepts", "[kda]") {
+  // What holds for every entry: one level (NT) or a group of 2..8 chunks (more only where a
+  // boundary state needs the room) below NT; one boundary in B*H; the group the argument
+  // checks accept; f32 always one level (not measured).
+  for (int D : {64, 128})
+    for (int C : {16, 32, 64})
+      for (int sms : {8, 78, 132})
+        for (int64_t nt : {1, 2, 3, 16, 32, 64, 128, 512}) {
+          bool one_level_seen = false;
+          for (int64_t bh = 1; bh <= 64; ++bh) {
+            const int g = scan_group_pick(bh, nt, C, sms, D, DType::bf16);
+            INFO("D " << D << " C " << C << " sms " << sms << " nt " << nt << " bh " << bh << " -> " << g);
+            const bool two = g < nt;
+            CHECK((!two || (D == 64 ? 8 : 16) * bh <= sms));
+            CHECK((two || g == nt));
+            if (two) {
+              CHECK(g >= 2);
+              CHECK(2 * D <= 4 * g * C);
+              CHECK((g <= 8 || 2 * D > 4 * (g / 2) * C));
+            }
+            CHECK((!one_level_seen || !two));  // two-level, then one level: one boundary
+            one_level_seen = one_level_seen || !two;
+            CHECK(scan_group_pick(bh, nt, C, sms, D, DType::f32) == nt);
+          }
+        }
+  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan")
+  CHECK(scan_group_pick(4, 32, 64, 132, 64, DType::bf16) == 2);
+  CHECK(scan_group_pick(4, 128, 64, 132, 64, DType::bf16) == 8);
+  CHECK(scan_group_pick(16, 256, 32, 132, 64, DType::bf16) == 8);
+  CHECK(scan_group_pick(8, 512, 32, 132, 128, DType::bf16) == 8);
+  CHECK(scan_group_pick(16, 256, 32, 132, 128, DType::bf16) == 256);
+  CHECK(scan_group_pick(17, 256, 32, 132, 64, DType::bf16) == 256);
+  CHECK(scan_group_pick(96, 16, 32, 132, 64, DType::bf16) == 16);
+}
+
 TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kda]") {
   // The table (kernels/kda.h fused_chunk) is a measurement; what holds for every entry: a chunk
   // the fused path takes, never longer than the sequence needs, and an explicit chunk wins.
@@ -167,6 +202,11 @@ TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kd
   const Shape q{2, 512, 12, 64};
   cfg.path = mixers::KdaPath::fused;
   CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == fused_chunk(24, 512, 64, DType::bf16));
+  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan")
+  CHECK(fused_chunk(4, 2048, 64, DType::bf16) == 32);
+  CHECK(fused_chunk(8, 8192, 64, DType::bf16) == 32);
+  CHECK(fused_chunk(4, 8192, 128, DType::bf16) == 64);
+  CHECK(fused_chunk(8, 32768, 128, DType::bf16) == 32);
   cfg.path = mixers::KdaPath::ops;
   CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == 64);
   cfg.chunk = 16;
