@@ -163,6 +163,25 @@ uint64_t data_seed(const Case& c, uint64_t base) {
 const Result& reference(const Case& c, const Data& x) { return cached_naive(c, x, true); }
 const Result& reference_f32(const Case& c, const Data& x) { return cached_naive(c, x, false); }
 
+// A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
+// the single-block lean scan on the same data (they form every product alike).
+void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& one, const char* form,
+                     const char* base) {
+  const Result& ref = reference(c, x);
+  const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
+  const Result got = run_fused_cuda(c, x);
+  const ErrReport e = compare(got, ref, false, true, true);
+  const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+  std::printf("[kda] cuda %s vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", form, c.name().c_str(), e.worst(),
+              gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+  INFO(c.name() << " seed " << seed << e.str() << gt.adapted << replay_hint());
+  CHECK(gt.pass);
+  for (const BitDiff& b : gradient_bit_diffs(got, one)) {
+    INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from " << base);
+    CHECK(b.differ == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("KDA fused CUDA matches the naive recurrence (f64)", "[kda][cuda]") {
@@ -228,24 +247,12 @@ TEST_CASE(
     if (skip_uncompiled(c)) continue;
     const uint64_t s = data_seed(c, seed);
     const Data x = make_data(c, s);
-    const Result& ref = reference(c, x);
-    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     c.split = 1;
     c.lean = LeanScan::lean;  // a split scan is lean: the single-block scan in the same form
     const Result one = run_fused_cuda(c, x);
     for (int nv : {2, 4}) {
       c.split = nv;
-      const Result got = run_fused_cuda(c, x);
-      const ErrReport e = compare(got, ref, false, true, true);
-      const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-      std::printf("[kda] cuda split vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
-                  gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-      INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
-      CHECK(gt.pass);
-      for (const BitDiff& b : gradient_bit_diffs(got, one)) {
-        INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from split 1");
-        CHECK(b.differ == 0);
-      }
+      check_scan_form(c, x, s, one, "split", "split 1");
     }
   }
 }
@@ -272,25 +279,13 @@ TEST_CASE(
     if (skip_uncompiled(c)) continue;
     const uint64_t s = data_seed(c, seed);
     const Data x = make_data(c, s);
-    const Result& ref = reference(c, x);
-    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
     c.split = 1;
     c.lean = LeanScan::lean;  // the two-level scan is lean: the single-block scan in the same form
     c.group = static_cast<int>(c.dims.NT());
     const Result one = run_fused_cuda(c, x);
     for (int group : sc.groups) {
       c.group = group;
-      const Result got = run_fused_cuda(c, x);
-      const ErrReport e = compare(got, ref, false, true, true);
-      const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-      std::printf("[kda] cuda two-level vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(), e.worst(),
-                  gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-      INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
-      CHECK(gt.pass);
-      for (const BitDiff& b : gradient_bit_diffs(got, one)) {
-        INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from the one-level scan");
-        CHECK(b.differ == 0);
-      }
+      check_scan_form(c, x, s, one, "two-level", "the one-level scan");
     }
   }
 }
