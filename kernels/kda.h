@@ -269,7 +269,7 @@ enum class BackwardLaunches { all, aqk_dO, adjoints };
 void check_fused_args(const FusedArgs& a);
 void check_fused_args(const FusedArgs& a, BackwardLaunches part);
 void check_workspace(const ForwardWorkspace& ws);
-void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs& a);
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part);
 // Throw std::invalid_argument when (D, C, dtype, tensor_cores) is not a compiled line of
 // kernels/kda/instances.def (the simt variant without -DLINTRAIN_KDA_SIMT=ON).
 void check_compiled(const FusedArgs& a);

@@ -111,7 +111,7 @@ void fused_backward_cuda(const FusedArgs& args, const BackwardWorkspace& ws, voi
   FusedArgs a = args;
   a.scan_group = resolve_scan_group_cuda(args);
   check_fused_args(a, part);
-  check_workspace(ws, part, a);
+  check_workspace(ws, part);
   check_compiled(a);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   dispatch_instance(a.dims.D, a.dims.C, a.dtype, a.tensor_cores,

@@ -24,10 +24,18 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
 
 bool two_level_scan(const FusedArgs& a) { return a.scan_group > 0 && a.scan_group < a.dims.NT(); }
 
+namespace {
+// A boundary state (D^2 floats) fits in a group's rows of the four gradient outputs (4 group C
+// rows of D elements: kernels/kda/block_products.h, scan_state_at).
+bool scan_states_fit(int D, int C, int group, DType dtype) {
+  return static_cast<int64_t>(D) * (dtype == DType::f32 ? 1 : 2) <= 4 * static_cast<int64_t>(group) * C;
+}
+}  // namespace
+
 int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) {
   if (dtype == DType::f32 || (D == 64 ? 8 : 16) * bh > sms) return static_cast<int>(nt);
   int g = static_cast<int>(std::clamp<int64_t>(nt / 16, 2, 8));
-  while (2 * D > 4 * g * C) g *= 2;  // room for the boundary states (check_fused_args)
+  while (!scan_states_fit(D, C, g, dtype)) g *= 2;
   return g < nt ? g : static_cast<int>(nt);
 }
 
@@ -103,8 +111,7 @@ void check_common(const FusedArgs& a) {
     if (a.scan_split > 1) fail("the two-level scan (scan_group < NT) runs unsplit (scan_split > 1 given)");
     if (a.lean_scan == LeanScan::full)
       fail("the two-level scan (scan_group < NT) is always lean (lean_scan full given)");
-    // its boundary states live in a group's rows of the four gradient outputs (scan_state_at)
-    if (d.D * (a.dtype == DType::f32 ? 1 : 2) > 4 * a.scan_group * d.C)
+    if (!scan_states_fit(d.D, d.C, a.scan_group, a.dtype))
       fail("the two-level scan needs scan_group * chunk >= " + std::string(a.dtype == DType::f32 ? "D / 4" : "D / 2") +
            " (scan_group " + std::to_string(a.scan_group) + ", chunk " + std::to_string(d.C) + ", D " +
            std::to_string(d.D) + ")");
@@ -132,7 +139,7 @@ void check_workspace(const ForwardWorkspace& ws) {
   if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
 }
 
-void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part, const FusedArgs&) {
+void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
   if (part != BackwardLaunches::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");

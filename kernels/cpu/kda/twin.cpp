@@ -19,9 +19,9 @@ void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, Back
   check_fused_args(args, part);
   check_compiled(args);
   // resolved: scan_group 0 is one level; pick is full on the CPU; a split or two-level scan is lean
+  check_workspace(ws, part);
   FusedArgs a = args;
   if (a.scan_group == 0) a.scan_group = static_cast<int>(a.dims.NT());
-  check_workspace(ws, part, a);
   if (two_level_scan(a)) a.scan_split = 1;
   if (a.scan_split > 1 || two_level_scan(a)) a.lean_scan = LeanScan::lean;
   else if (a.lean_scan == LeanScan::pick) a.lean_scan = LeanScan::full;

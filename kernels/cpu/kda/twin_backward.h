@@ -31,9 +31,10 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaun
       blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g, rank, sm);
     });
   };
+  // the two-level scan: one grid as on CUDA, tickets in block order (the first level, then the
+  // groups, top first)
   if constexpr (kTC) {
-    if (two_level_scan(
-            a)) {  // one grid as on CUDA, tickets in block order: the first level, then the groups (top first)
+    if (two_level_scan(a)) {
       using SA = blocks::StateAdjCfg<G>;
       const int64_t NG = blocks::scan_groups(a);
       emulate_grid((SA::NV + NG) * BH, G::NTHR_A, std::max(G::kAdjFloats, SA::kFloats),
