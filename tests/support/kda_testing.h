@@ -35,6 +35,8 @@ struct Case {
   int split = 0;                   // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
   int group = 0;                   // fused path: FusedArgs::scan_group (two-level scan; 0 = default)
   LeanScan lean = LeanScan::pick;  // fused path: FusedArgs::lean_scan
+  int overlap = 0;                 // fused path: FusedArgs::fwd_overlap (the forward scan beside the intra)
+  int intra_grid = 0;              // fused path, CPU twin beside the intra: FusedArgs::intra_grid
   // Packed documents: [B, T] token flags, 1 where a segment starts (NaiveInputs::seg_start,
   // KdaInputs::seg_start); empty: none.
   std::vector<uint8_t> seg_start;
@@ -393,22 +395,20 @@ inline GatedReport gate_against_reference(const char* label, const Case& c, cons
   return r;
 }
 
-// Per gradient, how many elements of `got` differ bit for bit from `ref` (all of them when the
-// sizes differ): the split scan's results must be those of the single-block scan exactly.
+// Per output and gradient, how many elements of `got` differ bit for bit from `ref` (all of them
+// when the sizes differ): the scan forms (split, two-level, beside the intra) must give the
+// results of the plain form exactly.
 struct BitDiff {
   const char* name;
   size_t differ, total;
 };
-inline std::vector<BitDiff> gradient_bit_diffs(const Result& got, const Result& ref) {
+inline std::vector<BitDiff> output_bit_diffs(const Result& got, const Result& ref) {
   using Field = std::vector<double> Result::*;
-  const std::pair<const char*, Field> grads[] = {{"dq", &Result::dq},
-                                                 {"dk", &Result::dk},
-                                                 {"dv", &Result::dv},
-                                                 {"df", &Result::df},
-                                                 {"db", &Result::db},
-                                                 {"dA_log", &Result::dA_log},
-                                                 {"ddt_bias", &Result::ddt_bias},
-                                                 {"dh0", &Result::dh0}};
+  const std::pair<const char*, Field> grads[] = {
+      {"o", &Result::o},    {"ht", &Result::ht},         {"dq", &Result::dq},
+      {"dk", &Result::dk},  {"dv", &Result::dv},         {"df", &Result::df},
+      {"db", &Result::db},  {"dA_log", &Result::dA_log}, {"ddt_bias", &Result::ddt_bias},
+      {"dh0", &Result::dh0}};
   std::vector<BitDiff> out;
   for (const auto& [name, field] : grads) {
     const std::vector<double>& a = got.*field;
