@@ -437,10 +437,10 @@ TEST_CASE(
     int grid;
   };
   const std::vector<Sc> cases = {
-      {{2, 100, 2, 64, 32}, true, true, DType::bf16, 3},   // the row program, 16 chunks over 3 blocks
+      {{1, 100, 2, 64, 32}, true, true, DType::bf16, 3},   // the row program, 8 chunks over 3 blocks
       {{1, 70, 2, 64, 16}, false, true, DType::f32, 1},    // one block takes every chunk
-      {{1, 70, 1, 128, 32}, true, false, DType::bf16, 2},  // the slice program, four V tiles of 32
-      {{1, 100, 1, 64, 64}, true, true, DType::bf16, 5},   // more blocks than the 2 chunks
+      {{1, 40, 1, 128, 32}, true, false, DType::bf16, 2},  // the slice program, four V tiles of 32
+      {{1, 40, 1, 64, 16}, true, true, DType::f32, 5},     // more blocks than the 3 chunks
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Sc& s = cases[i];
