@@ -129,12 +129,13 @@ struct FusedArgs {
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
   // scan_split > 1. A split scan is always lean.
   LeanScan lean_scan = LeanScan::pick;
-  // The forward scan beside the forward intra (kernels/kda/scan.h, "the forward beside the
-  // intra"): the intra runs as intra_grid persistent blocks taking the chunks in the scan's order
-  // and flags each chunk once written; the scan, launched while the intra runs, waits for each
-  // chunk's flag. Bit-identical to the two launches one after the other. 0: chosen on CUDA
-  // (forward_overlap_pick and the environment variable LINTRAIN_KDA_FWD_OVERLAP = 0 / 1), off
-  // on the CPU twin; 1: off; 2: on (the CPU twin: intra_grid blocks, 3 if 0).
+  // The forward scan beside the forward intra (kernels/kda/scan.h, intra_block): the intra runs
+  // as intra_grid persistent blocks taking the chunks in the scan's order and flags each chunk
+  // once written; the scan, launched while the intra runs, waits for each chunk's flag.
+  // Bit-identical to the two launches one after the other. 0: off unless the environment
+  // variable LINTRAIN_KDA_FWD_OVERLAP is 1 (CUDA; not the default until measured on the GPU:
+  // docs/notes-kda.md, "2026-12-07: the forward scan beside the intra"); 1: off; 2: on (the
+  // CPU twin: intra_grid blocks, 3 if 0).
   int fwd_overlap = 0;
   // Set by the launch that runs the overlap (callers leave them 0): the flag value of this
   // forward (never 0) and the intra's block count.
@@ -260,11 +261,6 @@ int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype);
 // the sequences fill the GPU; the thresholds are where the two cross on the H200 (figures:
 // docs/notes-kda.md, "The figures behind the code's choices").
 LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
-// FusedArgs::fwd_overlap's pick for a forward scan of nv blocks a sequence (Cfg::NV) over B*H
-// sequences on `sms` SMs: on while the scan takes at most one block an SM (nv B*H <= sms), so
-// that every SM keeps room for the intra's blocks beside it. Figures: docs/notes-kda.md,
-// "2026-12-07: the forward scan beside the intra".
-bool forward_overlap_pick(int64_t bh, int nv, int sms);
 size_t trajectory_bytes(const Dims& dims);  // h: B*H*NT*D*D*4
 // The chunk length (16, 32 or 64) the fused path runs a forward + backward fastest at, for
 // bh = B*H sequences of T tokens, head dim D (64 or 128) and dtype (f32 or bf16): a table

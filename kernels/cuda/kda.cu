@@ -4,9 +4,9 @@
 // kernels/kda/instances.def and pass a file.
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
-//             (where the scan leaves SMs idle, the intra as persistent blocks in the scan's
-//             chunk order and the scan beside it, reading each chunk once it is flagged:
-//             kernels/kda/scan.h, intra_block)
+//             (on request, FusedArgs::fwd_overlap: the intra as persistent blocks in the
+//             scan's chunk order and the scan beside it, reading each chunk once it is
+//             flagged: kernels/kda/scan.h, intra_block)
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
 //             where B*H leaves SMs idle, or the two-level scan's (D/16 + NG)*B*H)
 //             -> intra_adjoint (NT*B*H)                                           3 launches
@@ -78,18 +78,17 @@ LeanScan lean_scan(const FusedArgs& a, int nv) {
   return lean_scan_pick(a.dims.B * a.dims.H, sms, nv, a.dims.D, a.dtype);
 }
 
-bool forward_overlap(const FusedArgs& a, int nv) {
+bool forward_overlap(const FusedArgs& a) {
   if (a.fwd_overlap == 1 || !pdl_enabled()) return false;
   if (a.fwd_overlap == 2) return true;
-  static const int forced = [] {
+  static const bool forced = [] {
     const char* e = std::getenv("LINTRAIN_KDA_FWD_OVERLAP");
     const std::string v = e ? e : "";
-    if (v.empty()) return -1;
-    if (v != "0" && v != "1") throw std::invalid_argument("LINTRAIN_KDA_FWD_OVERLAP must be 0 or 1, got '" + v + "'");
-    return std::stoi(v);
+    if (!v.empty() && v != "0" && v != "1")
+      throw std::invalid_argument("LINTRAIN_KDA_FWD_OVERLAP must be 0 or 1, got '" + v + "'");
+    return v == "1";
   }();
-  if (forced >= 0) return forced == 1;
-  return forward_overlap_pick(a.dims.B * a.dims.H, nv, device_sms());
+  return forced;
 }
 
 int device_sms() {

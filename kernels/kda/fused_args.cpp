@@ -51,8 +51,6 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
   return lean ? LeanScan::lean : LeanScan::full;
 }
 
-bool forward_overlap_pick(int64_t bh, int nv, int sms) { return static_cast<int64_t>(nv) * bh <= sms; }
-
 // The fastest chunk per dtype and head dim from the sweep configs/bench-kda-chunks.json (figures:
 // docs/notes-kda.md, "The figures behind the code's choices"):
 //   bf16 D64     32: the intra adjoint's C^2 D products double from 32 to 64, and 16 doubles

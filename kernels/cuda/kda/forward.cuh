@@ -72,7 +72,7 @@ void launch_forward(const FusedArgs& args, const ForwardWorkspace& ws, cudaStrea
   // scan block each (none fit: the two launches one after the other).
   int64_t intra_grid = NT * BH;
   a.ready_epoch = 0;
-  if (forward_overlap(args, G::NV)) {
+  if (forward_overlap(args)) {
     static const int beside = blocks_beside(reinterpret_cast<const void*>(kda_fwd_intra), nthr_intra, smem_intra,
                                             reinterpret_cast<const void*>(kda_fwd_inter), G::NTHR_I, smem_inter);
     if (beside > 0) {

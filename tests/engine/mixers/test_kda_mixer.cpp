@@ -184,19 +184,6 @@ TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 i
   CHECK(scan_group_pick(96, 16, 32, 132, 64, DType::bf16) == 16);
 }
 
-TEST_CASE("KDA forward overlap pick: the scan beside the intra while it takes at most one block an SM", "[kda]") {
-  for (int nv : {1, 2, 4, 8})
-    for (int sms : {8, 78, 132})
-      for (int64_t bh = 1; bh <= 200; ++bh) {
-        INFO("nv " << nv << " sms " << sms << " bh " << bh);
-        CHECK(forward_overlap_pick(bh, nv, sms) == (nv * bh <= sms));
-      }
-  // the rows it decides (H200, 132 SMs; D64 and D128 at C >= 32 both run 4 V tiles)
-  CHECK(forward_overlap_pick(32, 4, 132));   // B2 T16384 H16 D128, B8 T.. H4
-  CHECK(forward_overlap_pick(8, 4, 132));    // B1 T32768 H8 D128
-  CHECK(!forward_overlap_pick(96, 4, 132));  // B8 T512 H12 D64: three scan blocks an SM
-}
-
 TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kda]") {
   // The table (kernels/kda.h fused_chunk) is a measurement; what holds for every entry: a chunk
   // the fused path takes, never longer than the sequence needs, and an explicit chunk wins.
