@@ -39,7 +39,7 @@ namespace cuda_launch {
 // (read once per process; same-binary comparisons in kbench); else chosen from B*H and the SM
 // count (inter_adjoint_split).
 int scan_split(const FusedArgs& a) {
-  int dev = 0, major = 0, sms = 0;
+  int dev = 0, major = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   if (major < 9) return 1;
@@ -53,8 +53,7 @@ int scan_split(const FusedArgs& a) {
     return std::stoi(v);
   }();
   if (forced != 0) return forced;
-  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return inter_adjoint_split(a.dims.B * a.dims.H, sms, static_cast<int>(a.dims.D), a.dtype);
+  return inter_adjoint_split(a.dims.B * a.dims.H, device_sms(), static_cast<int>(a.dims.D), a.dtype);
 }
 
 // FusedArgs::lean_scan for a scan split `nv`: lean when nv > 1 (a split scan is always lean);
@@ -72,10 +71,7 @@ LeanScan lean_scan(const FusedArgs& a, int nv) {
     return static_cast<LeanScan>(std::stoi(v));
   }();
   if (forced != LeanScan::pick) return forced;
-  int dev = 0, sms = 0;
-  LT_CUDA_CHECK(cudaGetDevice(&dev));
-  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return lean_scan_pick(a.dims.B * a.dims.H, sms, nv, a.dims.D, a.dtype);
+  return lean_scan_pick(a.dims.B * a.dims.H, device_sms(), nv, a.dims.D, a.dtype);
 }
 
 bool forward_overlap(const FusedArgs& a) {
@@ -153,10 +149,8 @@ int resolve_scan_group_cuda(const FusedArgs& a) {
     return g;
   }();
   if (forced != 0) return forced;
-  int dev = 0, sms = 0;
-  LT_CUDA_CHECK(cudaGetDevice(&dev));
-  LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return scan_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), sms, static_cast<int>(a.dims.D), a.dtype);
+  return scan_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), cuda_launch::device_sms(),
+                         static_cast<int>(a.dims.D), a.dtype);
 }
 
 void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {
