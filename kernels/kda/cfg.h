@@ -110,21 +110,23 @@ struct Cfg {
 
   // shared memory, in floats
   static constexpr int kIntraFloats = 3 * CC + kSub * LC + 11 * C + 6 * SLICE;
-  // The forward intra in row ownership (kernels/kda/intra_rows.h) at D = 64, C <= 32: 8
-  // threads a row, each holding 8 of the row's columns in registers from the loads to the
-  // stores, so the gates, scores and elementwise tiles take no shared-memory round trip a
-  // phase. Shared memory: Pq, Pk, Tm; Z; five [C][LR] tiles; three [C - 16][LR] tiles of the
+  // The chunk programs in row ownership (kernels/kda/intra_rows.h, intra_adjoint_rows.h) at
+  // C <= 32: TPR = D / 8 threads a row, each holding 8 of the row's columns in registers from the
+  // loads to the stores, so the gates, scores and elementwise tiles take no shared-memory round
+  // trip a phase (D = 128: 16 threads a row, the same registers a thread as at D = 64).
+  // Forward shared memory: Pq, Pk, Tm; Z; five [C][LR] tiles; three [C - 16][LR] tiles of the
   // off-diagonal scores; the warps' gate totals; beta; the segment offsets; the warps' start counts.
-  static constexpr bool kIntraRows = D_ == 64 && C_ <= 32;
-  static constexpr int NTHR_R = C_ * 8;
+  static constexpr bool kIntraRows = C_ <= 32;
+  static constexpr int TPR = D_ / 8;
+  static constexpr int NTHR_R = C_ * TPR;
+  static constexpr int NW_R = NTHR_R / 32;
   static constexpr int LR = D_ + 4;  // 16-byte rows; 4 mod 32: the mma fragment reads are conflict-free
   static constexpr int kIntraRowsFloats =
-      3 * CC + kSub * LC + 5 * C * LR + 3 * (C - kSub) * LR + (C / 4) * D + 2 * C + C / 4;
-  // The intra adjoint in row ownership (kernels/kda/intra_adjoint_rows.h), same rows and
-  // threads: Pk, Tm, dT, dQ; Gamma, k^, q^ and five operand tiles [C][LR]; two warp-partial
-  // arrays; beta; the segment offsets; the warps' start counts; the warp sums.
-  static constexpr int kIntraAdjRowsFloats =
-      4 * CC + 8 * C * LR + 2 * (NTHR_R / 32) * D + 2 * C + 2 * (NTHR_R / 32) + 1;
+      3 * CC + kSub * LC + 5 * C * LR + 3 * (C - kSub) * LR + NW_R * D + 2 * C + NW_R;
+  // The intra adjoint in row ownership, same rows and threads: Pk, Tm, dT, dQ; Gamma, k^, q^ and
+  // five operand tiles [C][LR]; two warp-partial arrays; beta; the segment offsets; the warps'
+  // start counts; the warp sums.
+  static constexpr int kIntraAdjRowsFloats = 4 * CC + 8 * C * LR + 2 * NW_R * D + 2 * C + 2 * NW_R + 1;
   static constexpr int kAqkLH = KS + 8;                                     // row stride of aqk_dO's h[n] slice
   static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
   static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan

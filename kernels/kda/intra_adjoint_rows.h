@@ -1,7 +1,7 @@
-// KDA intra adjoint (backward, chunk-parallel, grid NT*B*H) in row ownership, at D = 64 and
-// C <= 32: the same gradients as intra_adjoint_program (kernels/kda/intra_adjoint.h) from a
-// program whose thread (r, j) owns row r, columns {4j..4j+3, 32+4j..32+4j+3}, as the forward's
-// intra_rows_program does. Gates, Gamma, every elementwise term of the gate gradient, the
+// KDA intra adjoint (backward, chunk-parallel, grid NT*B*H) in row ownership, at C <= 32: the
+// same gradients as intra_adjoint_program (kernels/kda/intra_adjoint.h) from a program whose
+// TPR = D / 8 threads (r, j) a row each own row r, columns {4j..4j+3, D/2+4j..D/2+4j+3}, as the
+// forward's intra_rows_program does. Gates, Gamma, every elementwise term of the gate gradient, the
 // diagonal sub-blocks' P adjoints, the reverse cumsum, the L2-norm backward and dbeta stay in
 // the owner's registers over all D columns at once; the products go through [C][LR] tiles.
 // The pre-norm dq^ / dk^ never leave the registers (the slice program stages them in global).
@@ -21,16 +21,16 @@ KDA_DEV void ld_row8(const T* p, const ChunkPos& cp, const Dims& dm, int r, int 
 template <class G, class T, bool kTC, bool kLean, class Blk>
 KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh,
                                         int64_t n, float* smem) {
-  static_assert(G::kIntraRows && G::NTHR == G::NTHR_R, "launched with 8 threads a row");
-  constexpr int C = G::C, D = G::D, LC = G::LC, LR = G::LR, NTHR = G::NTHR, NW = NTHR / 32;
+  static_assert(G::kIntraRows && G::NTHR == G::NTHR_R, "launched with D / 8 threads a row");
+  constexpr int C = G::C, D = G::D, LC = G::LC, LR = G::LR, NTHR = G::NTHR, NW = NTHR / 32, TPR = G::TPR;
   constexpr int NO = C - kSub;  // rows of the off-diagonal sub-block (C = 32) or none (C = 16)
-  constexpr int CPT = C / 8;    // C x C columns a thread takes in row-owned passes
+  constexpr int CPT = C / TPR;  // C x C columns a thread takes in row-owned passes
   constexpr bool kSplit = std::is_same_v<T, float>;
   const Dims& dm = a.dims;
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
-  const int tid = blk.tid(), r = tid >> 3, j = tid & 7, lane = tid & 31, warp = tid >> 5;
-  const int c0 = 4 * j, c1 = 32 + 4 * j;
+  const int tid = blk.tid(), r = tid / TPR, j = tid % TPR, lane = tid & 31, warp = tid >> 5;
+  const int c0 = 4 * j, c1 = D / 2 + 4 * j;
   const bool valid = r < cp.L;
   // shared memory (floats)
   float* Pk = smem;         // [C][LC] P(k^,k^) raw, s < r (0 elsewhere on the diagonal blocks)
@@ -142,8 +142,10 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
         for (int i = 0; i < 8; ++i) v[m] += kh[i] * x[i];
       }
     }
-    reduce_scatter8(blk, v, j);  // lane j: m = 2j, 2j + 1
-    sts2(Pk + r * LC + n0 + 2 * j, v[0], v[1]);
+    reduce_scatter_row<TPR>(blk, v, j);  // lane j: m = PER j, .., PER j + PER - 1
+    constexpr int PER = kSub / TPR;
+    if constexpr (PER == 2) sts2(Pk + r * LC + n0 + 2 * j, v[0], v[1]);
+    else Pk[r * LC + n0 + j] = v[0];
   }
   blk.sync();
   if constexpr (NO > 0) {
@@ -212,7 +214,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       st4(static_cast<T*>(a.dv), cp.in(dm, r, c0), dv);
       st4(static_cast<T*>(a.dv), cp.in(dm, r, c1), dv + 4);
     }
-    dbeta += sum8(blk, p);
+    dbeta += sum_row<TPR>(blk, p);
   }
   // ---- P4: dA = -Tm^T dTm Tm^T (strict lower), dbeta, dP_kk; Zc in T3 (Delta is read) ---------------
   float* Zc = T3;
@@ -235,7 +237,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     }
     KDA_UNROLL
     for (int u = 0; u < CPT; ++u) dT[r * LC + CPT * j + u] = dp[u];
-    dbeta += sum8(blk, p);
+    dbeta += sum_row<TPR>(blk, p);
   }
   // ---- P5: Y_W = -Tm^T X_w; the P adjoints' off-diagonal products through row 16 --------------------
   {
@@ -310,7 +312,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       dG[i] -= kb * kh[i];
       cs[i] = kb * kh[i];
     }
-    dbeta += sum8(blk, p);
+    dbeta += sum_row<TPR>(blk, p);
   }
   {  // diagonal sub-block: row terms (s <= r) and column terms (x = r against rows r' >= r)
     const int n0 = r & ~(kSub - 1);
@@ -377,7 +379,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       ct[i] = cs[i];
     }
     KDA_UNROLL
-    for (int o = 8; o < 32; o <<= 1) {
+    for (int o = TPR; o < 32; o <<= 1) {
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) {
         const float t = blk.shfl_xor(tot[i], o);
@@ -386,7 +388,7 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
         ct[i] += blk.shfl_xor(ct[i], o);
       }
     }
-    if (lane < 8) {
+    if (lane < TPR) {
       sts_row8(Wt + warp * D, c0, c1, tot);
       sts_row8(Wt2 + warp * D, c0, c1, ct);
     }
@@ -419,8 +421,8 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       pq += DQ[i] * qh[i];
       pk += DK[i] * kh[i];
     }
-    pq = sum8(blk, pq);
-    pk = sum8(blk, pk);
+    pq = sum_row<TPR>(blk, pq);
+    pk = sum_row<TPR>(blk, pk);
     float oq[8], ok[8];
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
@@ -439,12 +441,12 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     }
     // ddt_bias partial: the column sums of dG gx over the chunk's rows
     KDA_UNROLL
-    for (int o = 8; o < 32; o <<= 1) {
+    for (int o = TPR; o < 32; o <<= 1) {
       KDA_UNROLL
       for (int i = 0; i < 8; ++i) dd[i] += blk.shfl_xor(dd[i], o);
     }
     blk.sync();  // Wt's readers above are done
-    if (lane < 8) sts_row8(Wt + warp * D, c0, c1, dd);
+    if (lane < TPR) sts_row8(Wt + warp * D, c0, c1, dd);
   }
   // ---- P7: dA_log / ddt_bias partials, last block of the head reduces ---------------------------------
   {

@@ -1,6 +1,7 @@
-// KDA intra (forward, chunk-parallel, grid NT*B*H) in row ownership, at D = 64 and C <= 32: the
-// same outputs as intra_program (kernels/kda/intra.h) from a program whose thread (r, j) owns
-// row r, columns {4j..4j+3, 32+4j..32+4j+3}, of every C x D tile from the loads to the stores.
+// KDA intra (forward, chunk-parallel, grid NT*B*H) in row ownership, at C <= 32: the same outputs
+// as intra_program (kernels/kda/intra.h) from a program whose TPR = D / 8 threads (r, j) a row
+// each own row r, columns {4j..4j+3, D/2+4j..D/2+4j+3}, of every C x D tile from the loads to
+// the stores.
 // Row norms, gates, Gamma's column scan (shuffles in a warp, warp totals across), the diagonal
 // sub-blocks' scores and every elementwise tile are formed in registers; shared memory holds
 // only what another thread reads (Gamma and k^ rows for the scores, the mma operands). Nine
@@ -11,9 +12,9 @@
 
 namespace lt::kda::KDA_BLOCKS_NS {
 
-// Sums N values over the 8 lanes of a row group (lane bits 0-2 = j) as a reduce-scatter: on
-// return v[0..N/8) holds the full sums of values j N/8 .. j N/8 + N/8 - 1. N - N/8 shuffles,
-// where a butterfly a value takes 3 N. Every lane of the warp must call it.
+// Sums N values over the TPR lanes of a row group (the lane's low bits = j) as a reduce-scatter:
+// on return v[0..N/TPR) holds the full sums of values j N/TPR .. (j + 1) N/TPR - 1. N - N/TPR
+// shuffles, where a butterfly a value takes N log2(TPR). Every lane of the warp must call it.
 template <int O, int N, class Blk>
 KDA_DEV void reduce_scatter_step(Blk& blk, float* v, int j) {  // one halving at lane offset O
   const bool up = (j & O) != 0;
@@ -23,19 +24,22 @@ KDA_DEV void reduce_scatter_step(Blk& blk, float* v, int j) {  // one halving at
     v[k] = keep + blk.shfl_xor(send, O);
   }
 }
-template <int N, class Blk>
-KDA_DEV void reduce_scatter8(Blk& blk, float (&v)[N], int j) {
-  static_assert(N % 8 == 0);
-  reduce_scatter_step<4, N>(blk, v, j);
-  reduce_scatter_step<2, N / 2>(blk, v, j);
-  reduce_scatter_step<1, N / 4>(blk, v, j);
+template <int O, int N, class Blk>
+KDA_DEV void reduce_scatter_from(Blk& blk, float* v, int j) {  // the halvings at lane offsets O, O / 2, .., 1
+  reduce_scatter_step<O, N>(blk, v, j);
+  if constexpr (O > 1) reduce_scatter_from<O / 2, N / 2>(blk, v, j);
+}
+template <int TPR, int N, class Blk>
+KDA_DEV void reduce_scatter_row(Blk& blk, float (&v)[N], int j) {
+  static_assert(N % TPR == 0 && (TPR & (TPR - 1)) == 0);
+  reduce_scatter_from<TPR / 2, N>(blk, v, j);
 }
 
-// Sum over the 8 lanes of a row group (every lane gets it).
-template <class Blk>
-KDA_DEV float sum8(Blk& blk, float v) {
+// Sum over the TPR lanes of a row group (every lane gets it).
+template <int TPR, class Blk>
+KDA_DEV float sum_row(Blk& blk, float v) {
   KDA_UNROLL
-  for (int o = 1; o < 8; o <<= 1) v += blk.shfl_xor(v, o);
+  for (int o = 1; o < TPR; o <<= 1) v += blk.shfl_xor(v, o);
   return v;
 }
 KDA_DEV void lds_row8(const float* t, int c0, int c1, float* v) {  // a thread's 8 columns of a shared row
@@ -62,14 +66,14 @@ struct RowRegs {
 // log2 of the decay from row b to row a (Gamma_a - Gamma_b) from G and the segment offsets.
 KDA_DEV float dlog2(float Ga, float oa, float Gb, float ob) { return (Ga - Gb) + (oa - ob); }
 // Loads thread (r, j)'s part of its row and forms RowRegs; G's column scan (and the count of
-// document starts) runs over the warp's four rows (lane bits 3-4) by shuffles, then adds the
-// totals of the warps before through Wt ([NTHR/32][D] floats) and Wc ([NTHR/32]). Contains one
-// block barrier; every thread must call it.
+// document starts) runs over the warp's 32 / TPR rows (the lane's bits above j) by shuffles, then
+// adds the totals of the warps before through Wt ([NTHR/32][D] floats) and Wc ([NTHR/32]).
+// Contains one block barrier; every thread must call it.
 template <class G, class T, class Blk>
 KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, int j, float* Wt, float* Wc,
                        RowRegs& x) {
   const Dims& dm = a.dims;
-  const int lane = blk.tid() & 31, warp = blk.tid() >> 5, c0 = 4 * j, c1 = 32 + 4 * j;
+  const int lane = blk.tid() & 31, warp = blk.tid() >> 5, c0 = 4 * j, c1 = G::D / 2 + 4 * j;
   const bool valid = r < cp.L;
   float starts = 0.0f;  // 1 at a document's first token
   if (valid) {
@@ -91,8 +95,8 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
     sq += x.qh[i] * x.qh[i];
     sk += x.kh[i] * x.kh[i];
   }
-  sq = sum8(blk, sq);
-  sk = sum8(blk, sk);
+  sq = sum_row<G::TPR>(blk, sq);
+  sk = sum_row<G::TPR>(blk, sk);
   x.rq = valid ? 1.0f / sqrtf(sq + 1e-6f) : 0.0f;
   x.rk = valid ? 1.0f / sqrtf(sk + 1e-6f) : 0.0f;
   KDA_UNROLL
@@ -117,7 +121,7 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
   KDA_UNROLL
   for (int i = 0; i < 8; ++i) tot[i] = x.gm[i];
   KDA_UNROLL
-  for (int o = 8; o < 32; o <<= 1) {
+  for (int o = G::TPR; o < 32; o <<= 1) {
     KDA_UNROLL
     for (int i = 0; i < 8; ++i) {
       const float t = blk.shfl_xor(tot[i], o);
@@ -128,7 +132,7 @@ KDA_DEV void load_rows(Blk& blk, const FusedArgs& a, const ChunkPos& cp, int r, 
     if (lane & o) cpre += t;
     ctot += t;
   }
-  if (lane < 8) sts_row8(Wt + warp * G::D, c0, c1, tot);
+  if (lane < G::TPR) sts_row8(Wt + warp * G::D, c0, c1, tot);
   if (lane == 0) Wc[warp] = ctot;
   blk.sync();
   for (int w = 0; w < warp; ++w) {
@@ -161,15 +165,15 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
                                 float* smem) {
   static_assert(G::kIntraRows);
   using R = Cfg<G::D, G::C, G::NTHR_R>;  // the helpers' thread count
-  constexpr int C = G::C, D = G::D, LC = G::LC, LR = G::LR, NTHR = G::NTHR_R, NW = NTHR / 32;
+  constexpr int C = G::C, D = G::D, LC = G::LC, LR = G::LR, NTHR = G::NTHR_R, NW = NTHR / 32, TPR = G::TPR;
   constexpr int NO = C - kSub;  // rows of the off-diagonal sub-block (C = 32) or none (C = 16)
-  constexpr int CPT = C / 8;    // A_qk columns a thread stores
+  constexpr int CPT = C / TPR;  // A_qk columns a thread stores
   constexpr bool kSplit = std::is_same_v<T, float>;
   const Dims& dm = a.dims;
   const ChunkPos cp(dm, bh, n);
   const float scale = resolved_scale(a);
-  const int tid = blk.tid(), r = tid >> 3, j = tid & 7;
-  const int c0 = 4 * j, c1 = 32 + 4 * j;  // this thread's two column quads
+  const int tid = blk.tid(), r = tid / TPR, j = tid % TPR;
+  const int c0 = 4 * j, c1 = D / 2 + 4 * j;  // this thread's two column quads
   // shared memory (floats)
   float* Pq = smem;           // [C][LC] A_qk = scale P(q^,k^), s <= r
   float* Pk = Pq + G::CC;     // [C][LC] A = diag(beta) P(k^,k^), s < r
@@ -276,18 +280,25 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
         }
       }
     }
-    reduce_scatter8(blk, v, j);  // lane j: entries 4j..4j+3 (j < 4: P(q^,k^) m = 4j..; else P(k^,k^))
-    const bool is_q = j < 4;
-    const int m0 = 4 * (j & 3), s0 = n0 + m0;
-    float out[4];
+    // lane j: entries PER j.. (j < TPR / 2: P(q^,k^) m = PER j..; else P(k^,k^))
+    constexpr int PER = 2 * kSub / TPR;
+    reduce_scatter_row<TPR>(blk, v, j);
+    const bool is_q = j < TPR / 2;
+    const int m0 = PER * (j % (TPR / 2)), s0 = n0 + m0;
+    float out[PER];
     KDA_UNROLL
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < PER; ++u) {
       const int s = s0 + u;
       out[u] = is_q ? (s <= r ? scale * v[u] : 0.0f) : (s < r ? beta * v[u] : 0.0f);
     }
-    sts4((is_q ? Pq : Pk) + r * LC + s0, out);
+    float* po = (is_q ? Pq : Pk) + r * LC + s0;
+    if constexpr (PER == 4) sts4(po, out);
+    else sts2(po, out[0], out[1]);
     // A_qk above the diagonal sub-blocks reads as 0 in the tensor-core products over all C columns
-    if (NO > 0 && r < kSub) sts2(Pq + r * LC + kSub + 2 * j, 0.0f, 0.0f);
+    if (NO > 0 && r < kSub) {
+      KDA_UNROLL
+      for (int u = 0; u < kSub / TPR; ++u) Pq[r * LC + kSub + (kSub / TPR) * j + u] = 0.0f;
+    }
   }
   blk.sync();
 
@@ -311,7 +322,8 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
       o[u] = s <= r ? Pq[r * LC + s] : 0.0f;
     }
     if constexpr (CPT == 4) st4(aqk, 0, o);
-    else st2(aqk, 0, o[0], o[1]);
+    else if constexpr (CPT == 2) st2(aqk, 0, o[0], o[1]);
+    else st(aqk, 0, o[0]);
   }
   solve_unit_lower<R>(blk, Pk, Tm, Z);
 

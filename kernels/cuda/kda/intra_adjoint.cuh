@@ -26,10 +26,11 @@ __global__ void __launch_bounds__(G::NTHR, G::kIntraAdjMinBlocks)
   blocks::intra_adjoint_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
 }
 
-// G = Cfg<64, C, 8 C> (Cfg::kIntraRows). Two blocks an SM at C = 32 (their shared memory admits
-// two; 128 registers a thread), four at C = 16.
+// G = Cfg<D, C, C D / 8> (Cfg::kIntraRows): 512 / NTHR blocks an SM, so 128 registers a thread
+// (D64: two at C = 32, four at C = 16, as their shared memory admits; D128: one at C = 32, two
+// at C = 16).
 template <class G, class T, bool kTC, bool kLean>
-__global__ void __launch_bounds__(G::NTHR, G::NTHR == 256 ? 2 : 4)
+__global__ void __launch_bounds__(G::NTHR, 512 / G::NTHR)
     kda_intra_adjoint_rows_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(G::NTHR, G::NTHR == 256 ? 2 : 4)
   blocks::intra_adjoint_rows_program<G, T, kTC, kLean>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
 }
 
-// The row-ownership program (D = 64, C <= 32).
+// The row-ownership program (C <= 32).
 template <class G, class T, bool kTC>
 void launch_intra_adjoint_rows(const FusedArgs& a, const BackwardWorkspace& ws, cudaStream_t s) {
   const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
