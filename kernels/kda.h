@@ -129,18 +129,6 @@ struct FusedArgs {
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
   // scan_split > 1. A split scan is always lean.
   LeanScan lean_scan = LeanScan::pick;
-  // The forward scan beside the forward intra (kernels/kda/scan.h, intra_block): the intra runs
-  // as intra_grid persistent blocks taking the chunks in the scan's order and flags each chunk
-  // once written; the scan, launched while the intra runs, waits for each chunk's flag.
-  // Bit-identical to the two launches one after the other. 0: off unless the environment
-  // variable LINTRAIN_KDA_FWD_OVERLAP is 1 (CUDA; not the default until measured on the GPU:
-  // docs/notes-kda.md, "2026-12-07: the forward scan beside the intra"); 1: off; 2: on (the
-  // CPU twin: intra_grid blocks, 3 if 0).
-  int fwd_overlap = 0;
-  // Set by the launch that runs the overlap (callers leave them 0): the flag value of this
-  // forward (never 0) and the intra's block count.
-  uint32_t ready_epoch = 0;
-  int intra_grid = 0;
   // inputs
   const void* q = nullptr;  // [B,T,H,D]
   const void* k = nullptr;

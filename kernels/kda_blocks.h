@@ -31,9 +31,7 @@
 // Launches (grids are 1-D, block index = bh * NT + n or bh * NV + vt):
 //   intra      (fwd)  grid NT*B*H   : Gamma, A_qk, Tm -> the ForwardWorkspace tiles W, U,
 //                                     Qp = scale Q~ - A_qk W, Kbar, Ob = A_qk U, gamma, and,
-//                                     kept for the backward, sQ = scale Q~ and Aqk;
-//                                     beside the scan: persistent blocks in the scan's chunk
-//                                     order, each chunk flagged once written (scan.h)
+//                                     kept for the backward, sQ = scale Q~ and Aqk
 //   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
 //                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
 //                                     S <- e^gamma S + Kbar^T Delta

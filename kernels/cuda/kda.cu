@@ -4,9 +4,6 @@
 // kernels/kda/instances.def and pass a file.
 //
 //   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
-//             (on request, FusedArgs::fwd_overlap: the intra as persistent blocks in the
-//             scan's chunk order and the scan beside it, reading each chunk once it is
-//             flagged: kernels/kda/scan.h, intra_block)
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
 //             where B*H leaves SMs idle, or the two-level scan's (D/16 + NG)*B*H)
 //             -> intra_adjoint (NT*B*H)                                           3 launches
@@ -19,15 +16,12 @@
 // (intra adjoint's last-block reduction, the scan's progress) are zeroed by the aqk_dO kernel.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kda/launch.h"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/kda.h"
 #include "kernels/kda/instances.h"
 
@@ -74,59 +68,11 @@ LeanScan lean_scan(const FusedArgs& a, int nv) {
   return lean_scan_pick(a.dims.B * a.dims.H, device_sms(), nv, a.dims.D, a.dtype);
 }
 
-bool forward_overlap(const FusedArgs& a) {
-  if (a.fwd_overlap == 1 || !pdl_enabled()) return false;
-  if (a.fwd_overlap == 2) return true;
-  static const bool forced = [] {
-    const char* e = std::getenv("LINTRAIN_KDA_FWD_OVERLAP");
-    const std::string v = e ? e : "";
-    if (!v.empty() && v != "0" && v != "1")
-      throw std::invalid_argument("LINTRAIN_KDA_FWD_OVERLAP must be 0 or 1, got '" + v + "'");
-    return v == "1";
-  }();
-  return forced;
-}
-
 int device_sms() {
   int dev = 0, sms = 0;
   LT_CUDA_CHECK(cudaGetDevice(&dev));
   LT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   return sms;
-}
-
-int blocks_beside(const void* kernel, int threads, size_t smem, const void* beside, int beside_threads,
-                  size_t beside_smem) {
-  int dev = 0, alone = 0;
-  LT_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp p{};
-  LT_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-  LT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&alone, kernel, threads, smem));
-  cudaFuncAttributes fk{}, fb{};
-  LT_CUDA_CHECK(cudaFuncGetAttributes(&fk, kernel));
-  LT_CUDA_CHECK(cudaFuncGetAttributes(&fb, beside));
-  // registers are allocated per warp in units of 256, shared memory per block with a reserve
-  auto regs = [](int per_thread, int thr) {
-    const int64_t warp = (static_cast<int64_t>(per_thread) * 32 + 255) / 256 * 256;
-    return warp * ((thr + 31) / 32);
-  };
-  auto shared = [&](const cudaFuncAttributes& f, size_t dyn) {
-    return static_cast<int64_t>(f.sharedSizeBytes + dyn + p.reservedSharedMemPerBlock);
-  };
-  const int64_t reg_left = p.regsPerMultiprocessor - regs(fb.numRegs, beside_threads);
-  const int64_t smem_left = static_cast<int64_t>(p.sharedMemPerMultiprocessor) - shared(fb, beside_smem);
-  const int64_t thr_left = p.maxThreadsPerMultiProcessor - beside_threads;
-  int64_t n = alone;
-  n = std::min(n, reg_left / regs(fk.numRegs, threads));
-  n = std::min(n, smem_left / shared(fk, smem));
-  n = std::min(n, thr_left / threads);
-  return static_cast<int>(std::max<int64_t>(n, 0));
-}
-
-uint32_t next_forward_epoch() {
-  static std::atomic<uint32_t> epoch{0};
-  uint32_t e = ++epoch;
-  while (e == 0) e = ++epoch;
-  return e;
 }
 
 }  // namespace cuda_launch

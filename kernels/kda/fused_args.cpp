@@ -105,9 +105,6 @@ void check_common(const FusedArgs& a) {
     fail("lean_scan must be pick (0), full (1) or lean (2), got " + std::to_string(static_cast<int>(a.lean_scan)));
   if (a.lean_scan == LeanScan::full && a.scan_split > 1)
     fail("a split scan is always lean (lean_scan full with scan_split > 1)");
-  if (a.fwd_overlap < 0 || a.fwd_overlap > 2)
-    fail("fwd_overlap must be 0 (pick), 1 (off) or 2 (on), got " + std::to_string(a.fwd_overlap));
-  if (a.intra_grid < 0) fail("intra_grid must be >= 0, got " + std::to_string(a.intra_grid));
   if (a.scan_group < 0) fail("scan_group must be >= 0, got " + std::to_string(a.scan_group));
   if (a.scan_group > 0 && a.scan_group < d.NT()) {
     if (!a.tensor_cores) fail("the two-level scan (scan_group < NT) needs tensor_cores");

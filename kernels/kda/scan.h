@@ -1,50 +1,10 @@
-// KDA inter (forward state scan, grid NV*B*H: one block per V tile, sequential over chunks),
-// and how it runs beside the intra (overview: kernels/kda_blocks.h).
+// KDA inter (forward state scan, grid NV*B*H: one block per V tile, sequential over chunks)
+// (overview: kernels/kda_blocks.h).
 #pragma once
 
 #include "kernels/kda/chunk_ops.h"
 
 namespace lt::kda::KDA_BLOCKS_NS {
-
-// ---- the forward scan beside the intra (FusedArgs::fwd_overlap) ---------------------------
-// The intra runs as a.intra_grid persistent blocks that take the chunks in the scan's order
-// (work item i: chunk i / B*H of sequence i % B*H) and flag each chunk once its tiles are
-// written; the scan, launched while the intra runs (programmatic dependent launch), reads chunk
-// n only once it is flagged. The intra never waits, so no schedule can deadlock: at worst the
-// scan runs after the intra. The flag of (bh, n) for the scan block of V tile vt is the element
-// (0, vt BV) of h[bh][n], which only that block writes, at step n, after it has read the flag;
-// so the flags take no memory. Its value is a NaN no arithmetic makes, with this forward's
-// epoch in the payload: a stale value (what the memory held, an earlier forward's flag) never
-// reads as ready.
-KDA_DEV uint32_t* chunk_ready_flag(const FusedArgs& a, int64_t bh, int64_t n, int v0) {
-  const int64_t D = a.dims.D;
-  return reinterpret_cast<uint32_t*>(a.h + (bh * a.dims.NT() + n) * D * D + v0);
-}
-KDA_DEV uint32_t chunk_ready_value(uint32_t epoch) { return 0x7fa00000u | (epoch & 0x000fffffu); }
-
-// Block g of the intra's grid of `grid` blocks: run(bh, n) for its chunks. One chunk a block
-// (g = bh NT + n) unless beside the scan (a.ready_epoch != 0); there, after each chunk, every
-// thread's writes done (the barrier), one thread fences and flags it for each of the scan's NV
-// blocks of the sequence.
-template <class G, class Blk, class Run>
-KDA_DEV void intra_block(Blk& blk, const FusedArgs& a, int64_t g, int64_t grid, Run run) {
-  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
-  if (a.ready_epoch == 0) {
-    run(g / NT, g % NT);
-    return;
-  }
-  blk.allow_dependents();  // the scan may launch once every intra block has started
-  for (int64_t i = g; i < NT * BH; i += grid) {
-    const int64_t bh = i % BH, n = i / BH;
-    run(bh, n);
-    blk.sync();  // the chunk's tiles written; its shared memory free for the next chunk
-    if (blk.tid() == 0) {
-      blk.fence();
-      for (int vt = 0; vt < G::NV; ++vt)
-        blk.store_flag(chunk_ready_flag(a, bh, n, vt * G::BV), chunk_ready_value(a.ready_epoch));
-    }
-  }
-}
 
 // ======================================================================================
 // inter (forward state scan), one block per (b, h, V tile of BV columns)
@@ -102,23 +62,10 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
-  // beside the intra: chunk n's tiles are read only once it has flagged them (one thread
-  // waits, the barrier releases the block)
-  auto wait_ready = [&](int64_t n) {
-    if (a.ready_epoch == 0) return;
-    if (tid == 0) blk.wait_flag(chunk_ready_flag(a, bh, n, v0), chunk_ready_value(a.ready_epoch));
-    blk.sync();
-  };
-  if (kPrefetch) {
-    wait_ready(0);
-    fetch(0);
-  }
+  if (kPrefetch) fetch(0);
   for (int64_t n = 0; n < NT; ++n) {
     const int64_t t0 = n * C;
-    if (!kPrefetch) {
-      wait_ready(n);
-      fetch(n);
-    }
+    if (!kPrefetch) fetch(n);
     KDA_UNROLL
     for (int m = 0; m < MA / 2; ++m) {
       const int e = 2 * (tid + m * NT_);
@@ -135,10 +82,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       sts2(Os + r * LBV + jj, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) eg[tid] = expf(pE);
-    if (kPrefetch && n + 1 < NT) {
-      wait_ready(n + 1);
-      fetch(n + 1);
-    }
+    if (kPrefetch && n + 1 < NT) fetch(n + 1);
     blk.sync();                                    // S of the previous step complete, tiles stored
     for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
       const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
@@ -238,8 +182,6 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       const int i = e / BV, jj = e % BV;
       a.ht[(bh * D + i) * D + v0 + jj] = S[i * LBV + jj];
     }
-  // beside the intra: this grid completes after the intra's, so a launch that follows waits for both
-  if (a.ready_epoch != 0) blk.wait_prior_grid();
 }
 
 }  // namespace lt::kda::KDA_BLOCKS_NS

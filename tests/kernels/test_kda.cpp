@@ -80,8 +80,6 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.tensor_cores = !c.simt;
   a.scan_split = c.split;
   a.scan_group = c.group;
-  a.fwd_overlap = c.overlap;
-  a.intra_grid = c.intra_grid;
   a.lean_scan = c.lean;
   a.q = q.data();
   a.k = k.data();
@@ -134,8 +132,8 @@ Result run_fused_twin(const Case& c, const Data& x) {
   return r;
 }
 
-// A scan form (split, two-level, beside the intra) against the naive recurrence and, bit for bit,
-// against `one`: the plain form on the same data (they form every product alike).
+// A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
+// the single-block lean scan on the same data (they form every product alike).
 void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& one, const char* base) {
   const Result got = run_fused_twin(c, x);
   const Result ref = run_naive(c, x);
@@ -420,46 +418,6 @@ TEST_CASE(
     c.group = s.group;
     check_scan_form(c, x, seed + i, one, "the one-level scan");
   }
-}
-
-TEST_CASE(
-    "KDA fused CPU twins: the forward scan beside the intra (persistent intra blocks, chunk flags) gives the "
-    "plain forward's results bit for bit",
-    "[kda][twin][overlap]") {
-  // The same programs on the same operands; only the intra's grid (persistent blocks in the
-  // scan's chunk order) and the flags in h differ. A flag the scan reads unset throws (the twin
-  // runs the intra first), and a flag left in h instead of the state poisons every gradient.
-  const uint64_t seed = test_seed() + 8;
-  struct Sc {
-    Dims d;
-    bool h0, dht;
-    DType dt;
-    int grid;
-  };
-  const std::vector<Sc> cases = {
-      {{1, 100, 2, 64, 32}, true, true, DType::bf16, 3},   // the row program, 8 chunks over 3 blocks
-      {{1, 70, 2, 64, 16}, false, true, DType::f32, 1},    // one block takes every chunk
-      {{1, 40, 1, 128, 32}, true, false, DType::bf16, 2},  // the slice program, four V tiles of 32
-      {{1, 40, 1, 64, 16}, true, true, DType::f32, 5},     // more blocks than the 3 chunks
-  };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Sc& s = cases[i];
-    Case c = make_case(s.d, s.h0, s.dht, false, s.dt, false);
-    if (skip_uncompiled(c)) continue;
-    const Data x = make_data(c, seed + i);
-    c.overlap = 1;
-    const Result plain = run_fused_twin(c, x);
-    c.overlap = 2;
-    c.intra_grid = s.grid;
-    check_scan_form(c, x, seed + i, plain, "the plain forward");
-  }
-  Case c = make_case({1, 40, 1, 64, 16}, false, false, false, DType::f32, false);
-  const Data x = make_data(c, seed + 9);
-  c.overlap = 3;
-  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("fwd_overlap must be 0 (pick), 1 (off) or 2 (on), got 3"));
-  c.overlap = 2;
-  c.intra_grid = -1;
-  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("intra_grid must be >= 0, got -1"));
 }
 
 TEST_CASE("KDA fused CPU twins: the two-level scan's arguments are checked", "[kda][twin][group]") {

@@ -35,8 +35,6 @@ struct Case {
   int split = 0;                   // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
   int group = 0;                   // fused path: FusedArgs::scan_group (two-level scan; 0 = default)
   LeanScan lean = LeanScan::pick;  // fused path: FusedArgs::lean_scan
-  int overlap = 0;                 // fused path: FusedArgs::fwd_overlap (the forward scan beside the intra)
-  int intra_grid = 0;              // fused path, CPU twin beside the intra: FusedArgs::intra_grid
   // Packed documents: [B, T] token flags, 1 where a segment starts (NaiveInputs::seg_start,
   // KdaInputs::seg_start); empty: none.
   std::vector<uint8_t> seg_start;
@@ -396,7 +394,7 @@ inline GatedReport gate_against_reference(const char* label, const Case& c, cons
 }
 
 // Per output and gradient, how many elements of `got` differ bit for bit from `ref` (all of them
-// when the sizes differ): the scan forms (split, two-level, beside the intra) must give the
+// when the sizes differ): the scan forms (split, two-level) must give the
 // results of the plain form exactly.
 struct BitDiff {
   const char* name;

@@ -106,13 +106,6 @@ class EmuBlock {
     if (v < target)
       throw std::logic_error("kda twin: scan progress " + std::to_string(v) + " short of " + std::to_string(target));
   }
-  // Chunk ready flags: the twin runs the intra's blocks before the scan's, so a flag not yet
-  // set when read is a bug in the flags, not a race.
-  void store_flag(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_release); }
-  void wait_flag(const uint32_t* p, uint32_t v) {
-    const uint32_t x = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_acquire);
-    if (x != v) throw std::logic_error("kda twin: a chunk read before the intra flagged it");
-  }
   void allow_dependents() {}  // grids run one after the other
   void wait_prior_grid() {}
   void prefetch_l2(const void*) {}  // a cache hint: nothing to emulate

@@ -40,20 +40,6 @@ struct CudaBlk {
       __nanosleep(200);
     }
   }
-  // A chunk's ready flag (kernels/kda/scan.h, chunk_ready_flag): store_flag() by one thread after
-  // a block barrier and a fence; wait_flag() by one thread until the flag holds v, a block
-  // barrier after it.
-  __device__ void store_flag(uint32_t* p, uint32_t v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-  }
-  __device__ void wait_flag(const uint32_t* p, uint32_t v) {
-    for (;;) {
-      uint32_t x;
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
-      if (x == v) return;
-      __nanosleep(100);
-    }
-  }
   // Programmatic dependent launch (kernels/cuda/pdl.cuh): let the next grid of the stream
   // launch now; wait until the grid before this one has completed and its writes are visible.
   // Both are no-ops under a plain launch.

@@ -5,8 +5,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/cuda/kda/blk.cuh"
 #include "kernels/cuda/kda/launch.h"
 #include "kernels/kda.h"
@@ -21,24 +19,20 @@ namespace {
 
 // One thin wrapper per program, on purpose: each carries its own __launch_bounds__
 // (kernels/cuda/kda/backward.cuh says why).
-// The intra's blocks: one a chunk, or beside the scan persistent blocks in the scan's chunk
-// order (kernels/kda/scan.h, intra_block).
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR) kda_intra_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
-  blocks::intra_block<G>(blk, a, blockIdx.x, gridDim.x, [&](int64_t bh, int64_t n) {
-    blocks::intra_program<G, T, kTC>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
-  });
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_R) kda_intra_rows_kernel(FusedArgs a, ForwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   CudaBlk blk;
-  blocks::intra_block<G>(blk, a, blockIdx.x, gridDim.x, [&](int64_t bh, int64_t n) {
-    blocks::intra_rows_program<G, T, kTC>(a, ws, blk, bh, n, reinterpret_cast<float*>(smem4));
-  });
+  const int64_t NT = a.dims.NT(), g = blockIdx.x;
+  blocks::intra_rows_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, reinterpret_cast<float*>(smem4));
 }
 
 template <class G, class T, bool kTC>
@@ -50,9 +44,8 @@ __global__ void __launch_bounds__(G::NTHR_I) kda_inter_kernel(FusedArgs a, Forwa
 }
 
 template <class G, class T, bool kTC>
-void launch_forward(const FusedArgs& args, const ForwardWorkspace& ws, cudaStream_t s) {
-  const int64_t NT = args.dims.NT(), BH = args.dims.B * args.dims.H;
-  FusedArgs a = args;
+void launch_forward(const FusedArgs& a, const ForwardWorkspace& ws, cudaStream_t s) {
+  const int64_t NT = a.dims.NT(), BH = a.dims.B * a.dims.H;
   // the row-ownership program where it is compiled for (Cfg::kIntraRows), else the slice program
   auto* kda_fwd_intra = [] {
     if constexpr (G::kIntraRows) return &kda_intra_rows_kernel<G, T, kTC>;
@@ -68,29 +61,13 @@ void launch_forward(const FusedArgs& args, const ForwardWorkspace& ws, cudaStrea
     return true;
   }();
   (void)once;
-  // Beside the intra (FusedArgs::fwd_overlap): as many intra blocks as fit on the SMs beside one
-  // scan block each (none fit: the two launches one after the other).
-  int64_t intra_grid = NT * BH;
-  a.ready_epoch = 0;
-  if (forward_overlap(args)) {
-    static const int beside = blocks_beside(reinterpret_cast<const void*>(kda_fwd_intra), nthr_intra, smem_intra,
-                                            reinterpret_cast<const void*>(kda_fwd_inter), G::NTHR_I, smem_inter);
-    if (beside > 0) {
-      intra_grid = std::min<int64_t>(intra_grid, static_cast<int64_t>(beside) * device_sms());
-      a.intra_grid = static_cast<int>(intra_grid);
-      a.ready_epoch = next_forward_epoch();
-    }
-  }
   {
     StageScope st("intra");
-    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(intra_grid)), dim3(nthr_intra), smem_intra, s, a, ws);
+    LT_LAUNCH(kda_fwd_intra, dim3(static_cast<unsigned>(NT * BH)), dim3(nthr_intra), smem_intra, s, a, ws);
   }
   {
     StageScope st("inter");
-    // beside the intra: launched while it runs, each block waiting for its chunks' flags
-    if (a.ready_epoch != 0)
-      LT_LAUNCH_PDL(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
-    else LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
+    LT_LAUNCH(kda_fwd_inter, dim3(static_cast<unsigned>(G::NV * BH)), dim3(G::NTHR_I), smem_inter, s, a, ws);
   }
 }
 

@@ -25,17 +25,6 @@ void launch_intra_adjoint(const FusedArgs& a, const BackwardWorkspace& ws, cudaS
 int scan_split(const FusedArgs& a);
 LeanScan lean_scan(const FusedArgs& a, int nv);
 
-// Whether the forward scan runs beside the intra (FusedArgs::fwd_overlap): never without
-// programmatic dependent launch (the scan must launch while the intra runs); else fwd_overlap
-// 1 / 2; else the environment variable LINTRAIN_KDA_FWD_OVERLAP = 0 / 1 (read once per process;
-// same-binary comparisons in kbench); else off.
-bool forward_overlap(const FusedArgs& a);
-// How many blocks of `kernel` (threads, dynamic shared memory) fit on one SM beside one block of
-// `beside`, by registers, shared memory and threads, at most its own occupancy; 0 if none.
-int blocks_beside(const void* kernel, int threads, size_t smem, const void* beside, int beside_threads,
-                  size_t beside_smem);
 int device_sms();  // of the current device
-// The ready-flag value of the next forward that runs beside its intra (FusedArgs::ready_epoch): never 0.
-uint32_t next_forward_epoch();
 
 }  // namespace lt::kda::cuda_launch
