@@ -57,15 +57,15 @@ LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype) {
 //                the scan steps; also at few sequences, where the two-level backward scan
 //                shortens the serial chain (docs/notes-kda.md, "2026-12-06 (night): the two-level
 //                backward scan")
-//   bf16 D128    32, except at B*H <= 4, where the forward scan's steps still weigh and 64 wins
+//   bf16 D128    32: with the row-ownership chunk programs also at B*H <= 4, where 64 won
+//                before (docs/notes-kda.md, "2026-12-07: the row-ownership chunk programs at D = 128")
 //   fp32 D64     16
 //   fp32 D128    32
 // and never longer than the sequence needs: T <= 16 takes 16, T <= 32 at most 32 (the rows
 // past T of the one chunk are computed and thrown away).
-int fused_chunk(int64_t bh, int64_t T, int D, DType dtype) {
+int fused_chunk([[maybe_unused]] int64_t bh, int64_t T, int D, DType dtype) {  // no entry depends on B*H now
   int c = 32;
   if (dtype == DType::f32 && D == 64) c = 16;
-  else if (dtype != DType::f32 && D == 128 && bh <= 4) c = 64;
   if (T <= 16) return 16;
   if (T <= 32) return c < 32 ? c : 32;
   return c;

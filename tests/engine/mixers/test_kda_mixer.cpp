@@ -205,7 +205,7 @@ TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kd
   // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan")
   CHECK(fused_chunk(4, 2048, 64, DType::bf16) == 32);
   CHECK(fused_chunk(8, 8192, 64, DType::bf16) == 32);
-  CHECK(fused_chunk(4, 8192, 128, DType::bf16) == 64);
+  CHECK(fused_chunk(4, 8192, 128, DType::bf16) == 32);
   CHECK(fused_chunk(8, 32768, 128, DType::bf16) == 32);
   cfg.path = mixers::KdaPath::ops;
   CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == 64);
