@@ -132,18 +132,14 @@ struct Cfg {
   static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
-  // The intra adjoint at C = 64 runs one block per SM (its shared memory): 512 threads hide
-  // more latency there. At C <= 32 several 256-thread blocks fit per SM and 256 threads are
-  // faster (both measured: docs/notes-kda.md, "Measurements behind the kernel constants").
+  // The slice intra adjoint runs at C = 64 only, one block per SM (its shared memory): 512
+  // threads hide more latency there (docs/notes-kda.md, "Measurements behind the kernel
+  // constants"). The 256 of other chunks only keep the unused configurations well-formed.
   using Adj = Cfg<D_, C_, C_ == 64 ? 512 : 256>;
-  // Blocks per SM the intra adjoint is compiled for (register cap 65536 / (3 * 256) -> 80):
-  // at C = 32 its shared memory (76 KB, D64 and D128 alike) admits 3 blocks, and the kernel is
-  // bound by latency (wait / long scoreboard / barrier stalls), which more resident blocks
-  // hide. At D = 128 the cap spills 36-64 bytes a thread (ptxas -v, bf16; uncapped 114-125
-  // registers, 2 blocks, and 159 at fp32, 1 block) and still pays (docs/notes-kda.md, "The D128
-  // intra adjoint at three blocks an SM").
-  // At D = 64, C = 16 (33 KB) a cap of 64 registers gives 4 blocks without spills.
-  static constexpr int kIntraAdjMinBlocks = NTHR != 256 ? 1 : C == 32 ? 3 : D == 64 ? 4 : 1;
+  // Blocks per SM the slice intra adjoint is compiled for. It runs at C = 64 only (C <= 32 runs
+  // the row programs), one 512-thread block an SM; its 3-block cap at C = 32 (history:
+  // docs/notes-kda.md, "The D128 intra adjoint at three blocks an SM") went with the row programs.
+  static constexpr int kIntraAdjMinBlocks = 1;
   static constexpr int kIntraAdjFloats = 5 * CC + 14 * C + 12 * SLICE + D + KS + NTHR / 32 + 4;
 };
 
