@@ -174,7 +174,8 @@ TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 i
             CHECK(scan_group_pick(bh, nt, C, sms, D, DType::f32) == nt);
           }
         }
-  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan")
+  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan";
+  // D128: "2026-12-07: the row-ownership chunk programs at D = 128")
   CHECK(scan_group_pick(4, 32, 64, 132, 64, DType::bf16) == 2);
   CHECK(scan_group_pick(4, 128, 64, 132, 64, DType::bf16) == 8);
   CHECK(scan_group_pick(16, 256, 32, 132, 64, DType::bf16) == 8);
@@ -202,7 +203,8 @@ TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kd
   const Shape q{2, 512, 12, 64};
   cfg.path = mixers::KdaPath::fused;
   CHECK(mixers::kda_chunk(cfg, q, DType::bf16) == fused_chunk(24, 512, 64, DType::bf16));
-  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan")
+  // the measured points (docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan";
+  // D128: "2026-12-07: the row-ownership chunk programs at D = 128")
   CHECK(fused_chunk(4, 2048, 64, DType::bf16) == 32);
   CHECK(fused_chunk(8, 8192, 64, DType::bf16) == 32);
   CHECK(fused_chunk(4, 8192, 128, DType::bf16) == 32);
