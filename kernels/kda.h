@@ -125,6 +125,14 @@ struct FusedArgs {
   // group, i.e. the one-level scan. A group below NT needs tensor_cores, scan_split 1, the lean
   // scan (it forces both) and D <= 2 scan_group C (bf16; f32: 4 scan_group C).
   int scan_group = 0;
+  // The two-level forward scan (kernels/kda/scan.h): chunks per group. Every group's own state
+  // contribution and transition are scanned at once, a chain of one product a group carries the
+  // state across groups, then every group's full scan (h[n], O) runs at once from its start
+  // state; the intermediate states live in rows of h not yet written. Not bit-identical to the
+  // one-level scan (the state crosses a group by M_g S + local_g). 0: the pick on CUDA
+  // (resolve_fwd_group_cuda), one level on the CPU twin; a value >= NT: one level. A group below
+  // NT needs tensor_cores and at least 2 chunks.
+  int fwd_group = 0;
   // Which launch forms the backward products that do not need the adjoint state S'
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
   // scan_split > 1. A split scan is always lean.
@@ -172,14 +180,15 @@ struct FusedArgs {
 // gamma as the forward left them (the engine keeps them in its saved state); Qp and Ob are
 // forward-only.
 struct ForwardWorkspace {
-  void* W = nullptr;       // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
-  float* U = nullptr;      // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
-  void* sQ = nullptr;      // [B, H, Tp, D] dtype  scale Q~                             (saved)
-  float* Kbar = nullptr;   // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
-  void* Aqk = nullptr;     // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
-  float* gamma = nullptr;  // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
-  void* Qp = nullptr;      // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
-  void* Ob = nullptr;      // [B, H, Tp, D] dtype  A_qk U                               (forward only)
+  void* W = nullptr;             // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
+  float* U = nullptr;            // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
+  void* sQ = nullptr;            // [B, H, Tp, D] dtype  scale Q~                             (saved)
+  float* Kbar = nullptr;         // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
+  void* Aqk = nullptr;           // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
+  float* gamma = nullptr;        // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
+  void* Qp = nullptr;            // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
+  void* Ob = nullptr;            // [B, H, Tp, D] dtype  A_qk U                               (forward only)
+  uint32_t* counters = nullptr;  // [2 B H NT + 1] the two-level scan's (zeroed by intra; forward only)
 };
 
 // Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardLaunches below).
@@ -236,6 +245,17 @@ bool two_level_scan(const FusedArgs& a);
 // D = 128 (the one-block scan leaves most SMs idle), groups of NT / 16 chunks within [2, 8];
 // f32 (not measured) and more sequences: one level. Figures: docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan".
 int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
+// V tiles of the forward state scan at head dim D and chunk C (its blocks a sequence: Cfg::NV).
+constexpr int forward_scan_tiles(int D, int C) { return D == 128 && C >= 32 ? 4 : D / 16; }
+// True where `a` runs the two-level forward scan: 0 < fwd_group < NT.
+bool two_level_forward(const FusedArgs& a);
+// The two-level forward scan's group for B*H sequences of NT chunks of C, head dim D, on `sms`
+// SMs: chunks per group, or NT (one level). Figures: docs/notes-kda.md, "2026-12-07 (later): the
+// two-level forward scan".
+int fwd_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
+// Blocks of the two-level forward scan's grid (kernels/kda/scan.h, forward_scan_item): per
+// sequence, 2 NV first-level and NV chain blocks for each group but the last, NV full scans each.
+int64_t fwd_two_level_blocks(const FusedArgs& a);
 // The inter adjoint's V split for B*H sequences of head dim D on `sms` SMs: 4 while the split
 // blocks fill at most a quarter of the SMs (16 * B*H <= sms), and at bf16 D = 128 at most half
 // of them (8 * B*H <= sms), else 1: a cluster step is only a little shorter than a single
@@ -289,5 +309,9 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
 // scan_group_pick on the current device; NT where the one-level scan runs. A caller that runs
 // the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
 int resolve_scan_group_cuda(const FusedArgs& a);
+// FusedArgs::fwd_group as the CUDA forward will run it: the argument unless 0; else the
+// environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group, read once per process); else
+// fwd_group_pick on the current device; NT where the one-level scan runs.
+int resolve_fwd_group_cuda(const FusedArgs& a);
 
 }  // namespace lt::kda

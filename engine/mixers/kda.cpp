@@ -398,6 +398,7 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   sv.Aqk = tile_of(wb.aqk, dt, dev);
   sv.gamma = tile_of(wb.gamma, DType::f32, dev);
   const Tensor Qp = tile_of(wb.tile, dt, dev), Ob = tile_of(wb.tile, dt, dev);  // forward only
+  const Tensor counters = tile_of(wb.counters, DType::i32, dev);                // forward only
   kda::ForwardWorkspace ws;
   ws.W = sv.W.data_ptr();
   ws.U = sv.U.data<float>();
@@ -407,6 +408,7 @@ KdaOutput fused_forward_path(const KdaInputs& in_, const KdaConfig& cfg, const k
   ws.gamma = sv.gamma.data<float>();
   ws.Qp = Qp.data_ptr();
   ws.Ob = Ob.data_ptr();
+  ws.counters = static_cast<uint32_t*>(counters.data_ptr());
 #if LINTRAIN_WITH_CUDA
   if (dev.is_cuda()) kda::fused_forward_cuda(a, ws, current_stream(dev).handle());
   else

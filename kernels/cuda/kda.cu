@@ -3,7 +3,8 @@
 // launch sequences are in kernels/cuda/kda/{forward,backward}.cuh, compiled one configuration of
 // kernels/kda/instances.def and pass a file.
 //
-//   forward : intra (grid NT*B*H, 256 thr) -> inter (grid NV*B*H, 128 thr)          2 launches
+//   forward : intra (grid NT*B*H) -> inter (grid NV*B*H, or the two-level scan's
+//             items: kernels/kda/block_products.h, fwd_groups)                      2 launches
 //   backward: aqk_dO (NT*B*H) -> inter_adjoint (B*H, or NV*B*H as clusters of NV blocks
 //             where B*H leaves SMs idle, or the two-level scan's (D/16 + NG)*B*H)
 //             -> intra_adjoint (NT*B*H)                                           3 launches
@@ -99,7 +100,31 @@ int resolve_scan_group_cuda(const FusedArgs& a) {
                          static_cast<int>(a.dims.D), a.dtype);
 }
 
-void fused_forward_cuda(const FusedArgs& a, const ForwardWorkspace& ws, void* stream) {
+int resolve_fwd_group_cuda(const FusedArgs& a) {
+  const int NT = static_cast<int>(a.dims.NT());
+  if (a.fwd_group != 0) return a.fwd_group;
+  if (!a.tensor_cores) return NT;
+  static const int forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_FWD_GROUP");
+    const std::string v = e ? e : "";
+    if (v.empty()) return 0;
+    size_t used = 0;
+    int g = 0;
+    try {
+      g = std::stoi(v, &used);
+    } catch (const std::exception&) { used = 0; }
+    if (used != v.size() || g < 2)
+      throw std::invalid_argument("LINTRAIN_KDA_FWD_GROUP must be a chunk count >= 2, got '" + v + "'");
+    return g;
+  }();
+  if (forced != 0) return forced;
+  return fwd_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), cuda_launch::device_sms(),
+                        static_cast<int>(a.dims.D), a.dtype);
+}
+
+void fused_forward_cuda(const FusedArgs& args, const ForwardWorkspace& ws, void* stream) {
+  FusedArgs a = args;
+  a.fwd_group = resolve_fwd_group_cuda(args);
   check_fused_args(a);
   check_workspace(ws);
   check_compiled(a);

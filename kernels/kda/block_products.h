@@ -231,4 +231,45 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
   return a.scale != 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(a.dims.D));
 }
 
+// ---- the two-level forward scan (FusedArgs::fwd_group = G chunks a group, NG groups) ------
+// First level, every group g < NG - 1 at once: local and transition (2 NV blocks a sequence and
+// group). Then, per group in order: the chain step (NV blocks: S entering g + 1 = M_g S entering
+// g + local_g, the only serial part, one product a group), and the full scan of the group from
+// its start state (NV blocks), all groups' scans running at once once their chain has passed.
+// Where the intermediate states live: in the trajectory h itself, rows not yet written (no
+// memory of their own): local_g in h[hi_g] (the next group's first row, where the chain step
+// writes the state entering g + 1 over it), M_g in h[lo_g + 1] (G >= 2; the full scan of group g
+// overwrites it only after its chain step has read it).
+KDA_DEV int64_t fwd_groups(const FusedArgs& a) {
+  const int64_t NT = a.dims.NT();
+  return a.fwd_group > 0 && a.fwd_group < NT ? (NT + a.fwd_group - 1) / a.fwd_group : 1;
+}
+KDA_DEV void fwd_group_range(const FusedArgs& a, int64_t g, int64_t& lo, int64_t& hi) {
+  const int64_t NT = a.dims.NT(), NG = fwd_groups(a), len = NG > 1 ? a.fwd_group : NT;
+  lo = g * len;
+  hi = g + 1 < NG ? lo + len : NT;
+}
+// Element (i, j) of the D x D state row h[n] of sequence bh.
+KDA_DEV float* fwd_state_at(const FusedArgs& a, int64_t bh, int64_t n, int i, int j) {
+  return a.h + ((bh * a.dims.NT() + n) * a.dims.D + i) * a.dims.D + j;
+}
+// Counters (ForwardWorkspace::counters, zeroed by the intra): group g's first-level blocks done
+// (2 NV), its chain step done (NV), and the grid's ticket: each block takes the next number at
+// its start and does that item, so every item a block waits on was taken by a block that runs.
+KDA_DEV uint32_t* fwd_level1_done(const ForwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
+  return ws.counters + bh * dm.NT() + g;
+}
+KDA_DEV uint32_t* fwd_chain_done(const ForwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
+  return ws.counters + dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
+}
+KDA_DEV uint32_t* fwd_ticket(const ForwardWorkspace& ws, const Dims& dm) {
+  return ws.counters + 2 * dm.B * dm.H * dm.NT();
+}
+// The intra's block (bh, n) zeroes the counters the scan reads (2 B H NT + 1: WorkspaceBytes::counters).
+KDA_DEV void zero_fwd_counters(const ForwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t n) {
+  ws.counters[bh * dm.NT() + n] = 0;
+  ws.counters[dm.B * dm.H * dm.NT() + bh * dm.NT() + n] = 0;
+  if (bh == 0 && n == 0) *fwd_ticket(ws, dm) = 0;
+}
+
 }  // namespace lt::kda::KDA_BLOCKS_NS

@@ -85,6 +85,7 @@ struct Cfg {
   static constexpr bool kWideInter = D_ == 128 && C_ >= 32;
   static constexpr int BV = kWideInter ? 32 : 16;
   static constexpr int NV = D / BV;
+  static_assert(NV == forward_scan_tiles(D_, C_), "kernels/kda.h names the forward scan's V tiles");
   static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:
                                       // 4 mod 32 makes the (g, t) fragment pattern conflict-free
   static constexpr int LBV = BV + 8;  // (BV + 8) t + g = 8 t + g (mod 32), t < 4, g < 8: the
@@ -131,6 +132,9 @@ struct Cfg {
   static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
   static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
+  // the two-level forward scan's chain step (state_chain_program): M_g and the state tile
+  static constexpr int kChainFloats = D * LDA + D * LBV;
+  static constexpr int kFwdTwoLevelFloats = kInterFloats > kChainFloats ? kInterFloats : kChainFloats;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The slice intra adjoint runs at C = 64 only, one block per SM (its shared memory): 512
   // threads hide more latency there (docs/notes-kda.md, "Measurements behind the kernel

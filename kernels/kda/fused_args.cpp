@@ -39,6 +39,22 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) 
   return g < nt ? g : static_cast<int>(nt);
 }
 
+bool two_level_forward(const FusedArgs& a) { return a.fwd_group > 0 && a.fwd_group < a.dims.NT(); }
+
+int fwd_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) {
+  const int64_t blocks = forward_scan_tiles(D, C) * bh;
+  if (dtype == DType::f32 || 2 * blocks > sms) return static_cast<int>(nt);
+  int g = 2;  // about sqrt(NT): the serial chain (NT / g steps) against a group's own scan (g steps)
+  while (g < 64 && g * g < nt) g *= 2;
+  return g < nt ? g : static_cast<int>(nt);
+}
+
+int64_t fwd_two_level_blocks(const FusedArgs& a) {
+  const int64_t NT = a.dims.NT(), NG = (NT + a.fwd_group - 1) / a.fwd_group, BH = a.dims.B * a.dims.H;
+  const int64_t NV = forward_scan_tiles(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C));
+  return ((NG - 1) * 3 * NV + NG * NV) * BH;
+}
+
 int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype) {
   const int64_t share = D == 128 && dtype != DType::f32 ? 8 : 16;
   return share * bh <= sms ? 4 : 1;
@@ -105,6 +121,15 @@ void check_common(const FusedArgs& a) {
     fail("lean_scan must be pick (0), full (1) or lean (2), got " + std::to_string(static_cast<int>(a.lean_scan)));
   if (a.lean_scan == LeanScan::full && a.scan_split > 1)
     fail("a split scan is always lean (lean_scan full with scan_split > 1)");
+  if (a.fwd_group < 0) fail("fwd_group must be >= 0, got " + std::to_string(a.fwd_group));
+  if (a.fwd_group > 0 && a.fwd_group < d.NT()) {
+    if (!a.tensor_cores) fail("the two-level forward scan (fwd_group < NT) needs tensor_cores");
+    if (a.fwd_group < 2)
+      fail(
+          "the two-level forward scan keeps a group's transition in its second chunk's state: fwd_group must be >= 2, "
+          "got " +
+          std::to_string(a.fwd_group));
+  }
   if (a.scan_group < 0) fail("scan_group must be >= 0, got " + std::to_string(a.scan_group));
   if (a.scan_group > 0 && a.scan_group < d.NT()) {
     if (!a.tensor_cores) fail("the two-level scan (scan_group < NT) needs tensor_cores");
@@ -136,7 +161,7 @@ void check_workspace(const ForwardWorkspace& ws) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: forward workspace " + what); };
   if (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.Aqk || !ws.gamma)
     fail("saved tile missing (W, U, sQ, Kbar, Aqk or gamma)");
-  if (!ws.Qp || !ws.Ob) fail("forward-only tile missing (Qp or Ob)");
+  if (!ws.Qp || !ws.Ob || !ws.counters) fail("forward-only tile missing (Qp, Ob or counters)");
 }
 
 void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {

@@ -1,4 +1,5 @@
-// KDA inter (forward state scan, grid NV*B*H: one block per V tile, sequential over chunks)
+// KDA inter (forward state scan): one block per (b, h, V tile of BV columns), sequential over
+// chunks; or the two-level scan (FusedArgs::fwd_group), whose roles and grid are below
 // (overview: kernels/kda_blocks.h).
 #pragma once
 
@@ -6,16 +7,34 @@
 
 namespace lt::kda::KDA_BLOCKS_NS {
 
+// What a scan block computes over chunks [lo, hi) (one group of the two-level scan, or all):
+//   full        S from its start (h0, or the group's start state in h[lo]): h[n], O, ht at the end
+//   local       S from 0 with U as given: the group's own contribution to the state after it
+//   transition  S from the identity's columns v0.. with U = 0: those columns of the group's
+//               transition M_g (S after the group = M_g S before + local), since with U = 0
+//               the step S <- (diag e^gamma - Kbar^T W) S is linear
+// local and transition form Delta = U - W S and the S update only (no Qp, Ob, O, h[n]) and
+// leave S in the group's stash (fwd_stash_local / fwd_stash_transition).
+enum class ScanRole { full, local, transition };
+
+// The two-level forward scan (FusedArgs::fwd_group): its layout, counters and stash are
+// described in kernels/kda/block_products.h (fwd_groups and below).
+
 // ======================================================================================
-// inter (forward state scan), one block per (b, h, V tile of BV columns)
-// kTC: the three products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
+// inter (forward state scan), one block per (b, h, V tile of BV columns), over chunks [lo, hi)
+// (-1: to NT) in the role kRole (ScanRole above).
+// kTC: the products per chunk on tensor cores (mma_acc); else fp32 CUDA cores.
 // ======================================================================================
-template <class G, class T, bool kTC, class Blk>
-KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int vt, float* smem) {
+template <class G, class T, bool kTC, ScanRole kRole = ScanRole::full, class Blk>
+KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int vt, float* smem,
+                           int64_t lo = 0, int64_t hi = -1) {
   const Dims& dm = a.dims;
   constexpr int C = G::C, D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
   constexpr bool kSplit = std::is_same_v<T, float>;
+  constexpr bool kO = kRole == ScanRole::full;        // O, h[n] and ht
+  constexpr bool kU = kRole != ScanRole::transition;  // U as given (transition: U = 0)
   const int64_t NT = dm.NT(), Tp = dm.Tp();
+  if (hi < 0) hi = NT;
   const int v0 = vt * BV;
   T* o = static_cast<T*>(a.o);
   float* Ws = smem;          // [C][LDA] W
@@ -31,7 +50,10 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
 
   for (int e = tid; e < D * BV; e += NT_) {
     const int i = e / BV, jj = e % BV;
-    S[i * LBV + jj] = a.h0 ? a.h0[(bh * D + i) * D + v0 + jj] : 0.0f;
+    if constexpr (kRole == ScanRole::local) S[i * LBV + jj] = 0.0f;
+    else if constexpr (kRole == ScanRole::transition) S[i * LBV + jj] = i == v0 + jj ? 1.0f : 0.0f;
+    else if (lo > 0) S[i * LBV + jj] = blk.load_cg(fwd_state_at(a, bh, lo, i, v0 + jj));  // the chain's state
+    else S[i * LBV + jj] = a.h0 ? a.h0[(bh * D + i) * D + v0 + jj] : 0.0f;
   }
   const int64_t b = bh / dm.H, h = bh % dm.H;
   // Register prefetch (as in the inter adjoint): chunk n+1's tiles are loaded while chunk n
@@ -49,7 +71,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       const int e = 2 * (tid + m * NT_);
       const int64_t gi = row0 * D + e;  // (row0 + e / D) * D + e % D
       ld2(static_cast<const T*>(ws.W), gi, pW[2 * m], pW[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.Qp), gi, pQ[2 * m], pQ[2 * m + 1]);
+      if constexpr (kO) ld2(static_cast<const T*>(ws.Qp), gi, pQ[2 * m], pQ[2 * m + 1]);
       ld2(ws.Kbar, gi, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
@@ -57,13 +79,13 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       const int e = 2 * (tid + m * NT_);
       const int r = e / BV, jj = e % BV;
       const int64_t gi = (row0 + r) * D + v0 + jj;
-      ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
-      ld2(static_cast<const T*>(ws.Ob), gi, pO[2 * m], pO[2 * m + 1]);
+      if constexpr (kU) ld2(ws.U, gi, pU[2 * m], pU[2 * m + 1]);
+      if constexpr (kO) ld2(static_cast<const T*>(ws.Ob), gi, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
-  if (kPrefetch) fetch(0);
-  for (int64_t n = 0; n < NT; ++n) {
+  if (kPrefetch) fetch(lo);
+  for (int64_t n = lo; n < hi; ++n) {
     const int64_t t0 = n * C;
     if (!kPrefetch) fetch(n);
     KDA_UNROLL
@@ -71,23 +93,24 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       sts2(Ws + r * LDA + i, pW[2 * m], pW[2 * m + 1]);
-      sts2(Qs + r * LDA + i, pQ[2 * m], pQ[2 * m + 1]);
+      if constexpr (kO) sts2(Qs + r * LDA + i, pQ[2 * m], pQ[2 * m + 1]);
       sts2(Ks + r * LDA + i, pK[2 * m], pK[2 * m + 1]);
     }
     KDA_UNROLL
     for (int m = 0; m < MB / 2; ++m) {
       const int e = 2 * (tid + m * NT_);
       const int r = e / BV, jj = e % BV;
-      sts2(Us + r * LBV + jj, pU[2 * m], pU[2 * m + 1]);
-      sts2(Os + r * LBV + jj, pO[2 * m], pO[2 * m + 1]);
+      if constexpr (kU) sts2(Us + r * LBV + jj, pU[2 * m], pU[2 * m + 1]);
+      if constexpr (kO) sts2(Os + r * LBV + jj, pO[2 * m], pO[2 * m + 1]);
     }
     if (tid < D) eg[tid] = expf(pE);
-    if (kPrefetch && n + 1 < NT) fetch(n + 1);
-    blk.sync();                                    // S of the previous step complete, tiles stored
-    for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
-      const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
-      copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);
-    }
+    if (kPrefetch && n + 1 < hi) fetch(n + 1);
+    blk.sync();  // S of the previous step complete, tiles stored
+    if constexpr (kO)
+      for (int e = tid; e < D * BV / 4; e += NT_) {  // 4 columns a thread: one 128-bit store
+        const int i = e / (BV / 4), jj = (e % (BV / 4)) * 4;
+        copy4(a.h + ((bh * NT + n) * D + i) * D + v0 + jj, S + i * LBV + jj);
+      }
     if constexpr (kTC) {
       // Delta = U - W S, O = Ob + Qp S: 16x8 tiles of [C x BV]; a warp takes a group of NG1
       // adjacent tiles of one row block, so each W / Qp fragment it loads serves NG1 tiles
@@ -95,28 +118,32 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       // products in tile groups"). Pairs where the pairs still give every
       // warp a group (D64 C64, D128 C64), else one tile. Each tile's sum is formed as with one
       // tile a warp: the same operands, the same k order (bit-identical).
+      // (local, transition: W S alone)
       constexpr int NTN = BV / 8, NG1 = (C / 16) * (NTN / 2) >= NT_ / 32 ? 2 : 1, NGRP = (C / 16) * (NTN / NG1);
+      constexpr int NA = kO ? 2 : 1;
       for (int gi = warp; gi < NGRP; gi += NT_ / 32) {
         const int m0 = (gi / (NTN / NG1)) * 16, n0 = (gi % (NTN / NG1)) * 8 * NG1;
-        float acc[2 * NG1 * 4];  // [W S | Qp S][u][e]: tile (i, u) at acc + 4 (i NG1 + u)
+        float acc[NA * NG1 * 4];  // [W S | Qp S][u][e]: tile (i, u) at acc + 4 (i NG1 + u)
         for_group_frags<NG1>(lane, m0, n0, [&](int u, int e, int r, int c) {
           acc[4 * u + e] = 0.0f;
-          acc[4 * (NG1 + u) + e] = Os[r * LBV + c];
+          if constexpr (kO) acc[4 * (NG1 + u) + e] = Os[r * LBV + c];
         });
-        mma_acc_block<kSplit, 2, NG1>(
+        mma_acc_block<kSplit, NA, NG1>(
             blk, acc, D, [&](int i, int r, int k) { return (i == 0 ? Ws : Qs)[(m0 + r) * LDA + k]; },
             [&](int u, int k, int c) { return S[k * LBV + n0 + 8 * u + c]; });
         KDA_UNROLL
         for (int u = 0; u < NG1; ++u) {
           const float* ws_ = acc + 4 * u;
-          const float* oo = acc + 4 * (NG1 + u);
           for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 of row r
             int r, c;
             frag_rc(lane, e, r, c);
             const int j = n0 + 8 * u + c;
-            Ds[(m0 + r) * LBV + j] = Us[(m0 + r) * LBV + j] - ws_[e];
-            Ds[(m0 + r) * LBV + j + 1] = Us[(m0 + r) * LBV + j + 1] - ws_[e + 1];
-            if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + j, oo[e], oo[e + 1]);
+            Ds[(m0 + r) * LBV + j] = (kU ? Us[(m0 + r) * LBV + j] : 0.0f) - ws_[e];
+            Ds[(m0 + r) * LBV + j + 1] = (kU ? Us[(m0 + r) * LBV + j + 1] : 0.0f) - ws_[e + 1];
+            if constexpr (kO) {
+              const float* oo = acc + 4 * (NA - 1) * NG1 + 4 * u;
+              if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + j, oo[e], oo[e + 1]);
+            }
           }
         }
       }
@@ -126,22 +153,23 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       float dl[RM], oo[RM];
       KDA_UNROLL
       for (int m = 0; m < RM; ++m) {
-        dl[m] = Us[(rg + m * RG) * LBV + j];
-        oo[m] = Os[(rg + m * RG) * LBV + j];
+        dl[m] = kU ? Us[(rg + m * RG) * LBV + j] : 0.0f;
+        oo[m] = kO ? Os[(rg + m * RG) * LBV + j] : 0.0f;
       }
       for (int i = 0; i < D; ++i) {
         const float sv = S[i * LBV + j];
         KDA_UNROLL
         for (int m = 0; m < RM; ++m) {
           dl[m] -= Ws[(rg + m * RG) * LDA + i] * sv;
-          oo[m] += Qs[(rg + m * RG) * LDA + i] * sv;
+          if constexpr (kO) oo[m] += Qs[(rg + m * RG) * LDA + i] * sv;
         }
       }
       KDA_UNROLL
       for (int m = 0; m < RM; ++m) {
         const int r = rg + m * RG;
         Ds[r * LBV + j] = dl[m];
-        if (t0 + r < dm.T) st(o, ((b * dm.T + t0 + r) * dm.H + h) * D + v0 + j, oo[m]);
+        if constexpr (kO)
+          if (t0 + r < dm.T) st(o, ((b * dm.T + t0 + r) * dm.H + h) * D + v0 + j, oo[m]);
       }
     }
     blk.sync();  // Delta complete; everybody done reading S
@@ -177,11 +205,103 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
     }
     blk.sync();  // S updated before the next step's tiles overwrite Ws..Ds
   }
-  if (a.ht)
+  if constexpr (kO) {
+    if (a.ht && hi == NT)
+      for (int e = tid; e < D * BV; e += NT_) {
+        const int i = e / BV, jj = e % BV;
+        a.ht[(bh * D + i) * D + v0 + jj] = S[i * LBV + jj];
+      }
+  } else {  // the stash: local_g into h[hi], M_g's columns into h[lo + 1]
+    const int64_t row = kRole == ScanRole::local ? hi : lo + 1;
     for (int e = tid; e < D * BV; e += NT_) {
       const int i = e / BV, jj = e % BV;
-      a.ht[(bh * D + i) * D + v0 + jj] = S[i * LBV + jj];
+      *fwd_state_at(a, bh, row, i, v0 + jj) = S[i * LBV + jj];
     }
+  }
+}
+
+// ======================================================================================
+// The two-level forward scan's chain step for group g < NG - 1 of sequence bh, V tile vt:
+// S entering g + 1 = M_g S entering g + local_g (columns v0.. of each), into h[hi_g] over
+// local_g. Waits for the group's first level and the chain step before it (one thread, then a
+// block barrier); the full scans of group g wait for this step, so M_g in h[lo_g + 1] is read
+// before they overwrite it. Shared memory: Cfg::kChainFloats.
+// ======================================================================================
+template <class G, class T, class Blk>
+KDA_DEV void state_chain_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t bh, int64_t g,
+                                 int vt, float* smem) {
+  const Dims& dm = a.dims;
+  constexpr int D = G::D, BV = G::BV, LDA = G::LDA, LBV = G::LBV, NT_ = G::NTHR_I;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const int v0 = vt * BV, tid = blk.tid(), lane = tid & 31, warp = tid >> 5;
+  int64_t lo, hi;
+  fwd_group_range(a, g, lo, hi);
+  float* Ms = smem;          // [D][LDA] M_g
+  float* Sp = Ms + D * LDA;  // [D][LBV] S entering g, columns v0..
+  if (tid == 0) {
+    blk.wait_progress(fwd_level1_done(ws, dm, bh, g), 2 * G::NV);
+    if (g > 0) blk.wait_progress(fwd_chain_done(ws, dm, bh, g - 1), G::NV);
+  }
+  blk.sync();
+  for (int e = tid; e < D * D; e += NT_)
+    Ms[(e / D) * LDA + e % D] = blk.load_cg(fwd_state_at(a, bh, lo + 1, e / D, e % D));
+  for (int e = tid; e < D * BV; e += NT_) {
+    const int i = e / BV, jj = e % BV;
+    Sp[i * LBV + jj] = g > 0  ? blk.load_cg(fwd_state_at(a, bh, lo, i, v0 + jj))
+                       : a.h0 ? a.h0[(bh * D + i) * D + v0 + jj]
+                              : 0.0f;
+  }
+  blk.sync();
+  // [D x BV] in 16x8 tiles, the NG2 tiles of a row block a warp (as the scan's S update)
+  constexpr int NTN = BV / 8, NG2 = D / 16 >= NT_ / 32 ? NTN : 1, NGRP = (D / 16) * (NTN / NG2);
+  for (int gi = warp; gi < NGRP; gi += NT_ / 32) {
+    const int m0 = (gi / (NTN / NG2)) * 16, n0 = (gi % (NTN / NG2)) * 8 * NG2;
+    float acc[NG2 * 4];
+    for_group_frags<NG2>(lane, m0, n0, [&](int u, int e, int r, int c) {
+      acc[4 * u + e] = blk.load_cg(fwd_state_at(a, bh, hi, r, v0 + c));  // local_g
+    });
+    mma_acc_block<kSplit, 1, NG2>(
+        blk, acc, D, [&](int, int r, int k) { return Ms[(m0 + r) * LDA + k]; },
+        [&](int u, int k, int c) { return Sp[k * LBV + n0 + 8 * u + c]; });
+    for_group_frags<NG2>(lane, m0, n0,
+                         [&](int u, int e, int r, int c) { *fwd_state_at(a, bh, hi, r, v0 + c) = acc[4 * u + e]; });
+  }
+  blk.sync();
+  if (tid == 0) blk.publish(fwd_chain_done(ws, dm, bh, g));
+}
+
+// The two-level forward scan's grid (fwd_two_level_blocks items): work item j (the block's
+// ticket) of
+//   [first level: groups g < NG - 1, then bh, then local tiles 0..NV-1, transition tiles]
+//   [per group g: chain steps (g < NG - 1) bh-major, then full scans bh-major]
+// so every item waits only on items before it.
+template <class G, class T, class Blk>
+KDA_DEV void forward_scan_item(const FusedArgs& a, const ForwardWorkspace& ws, Blk& blk, int64_t j, float* smem) {
+  constexpr int NV = G::NV;
+  const int64_t BH = a.dims.B * a.dims.H, NG = fwd_groups(a), L1 = (NG - 1) * BH * 2 * NV;
+  int64_t lo, hi;
+  if (j < L1) {
+    const int64_t g = j / (BH * 2 * NV), r = j % (BH * 2 * NV), bh = r / (2 * NV);
+    const int t = static_cast<int>(r % (2 * NV));
+    fwd_group_range(a, g, lo, hi);
+    if (t < NV) inter_program<G, T, true, ScanRole::local>(a, ws, blk, bh, t, smem, lo, hi);
+    else inter_program<G, T, true, ScanRole::transition>(a, ws, blk, bh, t - NV, smem, lo, hi);
+    blk.sync();  // every thread's stash stores issued
+    if (blk.tid() == 0) blk.publish(fwd_level1_done(ws, a.dims, bh, g));
+    return;
+  }
+  j -= L1;
+  const int64_t per = 2 * NV * BH;  // items of a group g < NG - 1
+  const int64_t g = j / per < NG - 1 ? j / per : NG - 1, r = j - g * per;
+  if (g < NG - 1 && r < NV * BH) {
+    state_chain_program<G, T>(a, ws, blk, r / NV, g, static_cast<int>(r % NV), smem);
+    return;
+  }
+  const int64_t f = g < NG - 1 ? r - NV * BH : r, bh = f / NV;
+  if (blk.tid() == 0) blk.wait_progress(fwd_chain_done(ws, a.dims, bh, g < NG - 1 ? g : g - 1), NV);
+  blk.sync();
+  fwd_group_range(a, g, lo, hi);
+  inter_program<G, T, true>(a, ws, blk, bh, static_cast<int>(f % NV), smem, lo, hi);
 }
 
 }  // namespace lt::kda::KDA_BLOCKS_NS

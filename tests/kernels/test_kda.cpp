@@ -72,6 +72,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   fw.gamma = gam.data();
   fw.Qp = Qp.data();
   fw.Ob = Ob.data();
+  fw.counters = counters.data();  // poisoned: the intra zeroes the forward's
 
   FusedArgs a;
   a.dims = d;
@@ -80,6 +81,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.tensor_cores = !c.simt;
   a.scan_split = c.split;
   a.scan_group = c.group;
+  a.fwd_group = c.fwd_group;
   a.lean_scan = c.lean;
   a.q = q.data();
   a.k = k.data();
@@ -436,6 +438,56 @@ TEST_CASE("KDA fused CPU twins: the two-level scan's arguments are checked", "[k
   Case c2 = make_case({1, 40, 1, 128, 16}, false, false, false, DType::bf16, false);
   c2.group = 1;
   CHECK_THROWS_WITH(run_fused_twin(c2, make_data(c2, test_seed() + 7)), Catch::Contains("scan_group * chunk >= D / 2"));
+}
+
+TEST_CASE("KDA fused CPU twins: the two-level forward scan matches the naive recurrence", "[kda][twin][fwdgroup]") {
+  // The state crosses a group as M_g S + local_g (kernels/kda/scan.h), not step by step, so the
+  // forward is not bit-identical to the one-level scan: every output and gradient (the backward
+  // runs on its h) is gated against the naive recurrence as the one-level twin is.
+  const uint64_t seed = test_seed() + 8;
+  struct Sc {
+    Dims d;
+    bool h0, dht, lb;
+    DType dt;
+    int fwd_group, group;
+  };
+  const std::vector<Sc> cases = {
+      {{1, 100, 1, 64, 16}, true, true, false, DType::f32, 2, 0},    // 7 chunks, 4 groups, the last of one
+      {{1, 100, 1, 64, 32}, false, true, true, DType::bf16, 2, 0},   // partial last chunk, lower-bound gate
+      {{2, 200, 2, 64, 16}, true, false, false, DType::bf16, 3, 0},  // 13 chunks, groups of 3, B*H 4
+      {{1, 70, 1, 128, 32}, true, true, false, DType::bf16, 2, 0},   // D = 128: 32-column tiles
+      {{1, 140, 1, 128, 16}, false, true, false, DType::f32, 4, 0},  // D = 128, C = 16: 8 V tiles
+      {{1, 250, 1, 128, 64}, true, false, false, DType::f32, 2, 0},  // D = 128, C = 64, short last group
+      {{1, 160, 1, 64, 16}, true, true, false, DType::bf16, 3, 2},   // with the two-level backward scan
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Sc& s = cases[i];
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, false);
+    if (skip_uncompiled(c)) continue;
+    const Data x = make_data(c, seed + i);
+    c.fwd_group = s.fwd_group;
+    c.group = s.group;
+    const Result got = run_fused_twin(c, x);
+    const Result ref = run_naive(c, x);
+    const GatedReport g =
+        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
+    CHECK(g.gated.pass);
+  }
+}
+
+TEST_CASE("KDA fused CPU twins: the two-level forward scan's arguments are checked", "[kda][twin][fwdgroup]") {
+  Case c = make_case({1, 100, 1, 64, 16}, false, false, false, DType::f32, false);
+  const Data x = make_data(c, test_seed() + 9);
+  c.fwd_group = 1;  // a group's transition lives in its second chunk's state row
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("fwd_group must be >= 2, got 1"));
+  c.fwd_group = 2;
+  c.simt = true;
+  CHECK_THROWS_WITH(run_fused_twin(c, x),
+                    Catch::Contains("two-level forward scan (fwd_group < NT) needs tensor_cores"));
+  c.fwd_group = -1;
+  c.simt = false;
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("fwd_group must be >= 0, got -1"));
 }
 
 TEST_CASE("KDA instances: every configuration the engine can ask for is compiled, and the dispatch finds it",

@@ -26,6 +26,14 @@ void forward_impl(const FusedArgs& a, const ForwardWorkspace& ws) {
       blocks::intra_program<G, T, kTC>(a, ws, blk, g / NT, g % NT, sm);
     });
   }
+  // the two-level scan: one grid as on CUDA, tickets in block order
+  if constexpr (kTC) {
+    if (two_level_forward(a)) {
+      emulate_grid(fwd_two_level_blocks(a), G::NTHR_I, G::kFwdTwoLevelFloats,
+                   [&](EmuBlock& blk, int64_t j, float* sm) { blocks::forward_scan_item<G, T>(a, ws, blk, j, sm); });
+      return;
+    }
+  }
   emulate_grid(G::NV * BH, G::NTHR_I, G::kInterFloats, [&](EmuBlock& blk, int64_t g, float* sm) {
     blocks::inter_program<G, T, kTC>(a, ws, blk, g / G::NV, static_cast<int>(g % G::NV), sm);
   });
