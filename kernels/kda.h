@@ -129,9 +129,9 @@ struct FusedArgs {
   // contribution and transition are scanned at once, a chain of one product a group carries the
   // state across groups, then every group's full scan (h[n], O) runs at once from its start
   // state; the intermediate states live in rows of h not yet written. Not bit-identical to the
-  // one-level scan (the state crosses a group by M_g S + local_g). 0: the pick on CUDA
-  // (resolve_fwd_group_cuda), one level on the CPU twin; a value >= NT: one level. A group below
-  // NT needs tensor_cores and at least 2 chunks.
+  // one-level scan (the state crosses a group by M_g S + local_g). 0: resolve_fwd_group_cuda on
+  // CUDA, one level on the CPU twin; a value >= NT: one level. A group below NT needs
+  // tensor_cores and at least 2 chunks.
   int fwd_group = 0;
   // Which launch forms the backward products that do not need the adjoint state S'
   // (LeanScan above); pick: chosen (lean_scan_pick) on CUDA, full on the CPU twin unless
@@ -188,7 +188,7 @@ struct ForwardWorkspace {
   float* gamma = nullptr;        // [B, H, NT, D] fp32   chunk gate totals (natural log)      (saved)
   void* Qp = nullptr;            // [B, H, Tp, D] dtype  scale Q~ - A_qk W                    (forward only)
   void* Ob = nullptr;            // [B, H, Tp, D] dtype  A_qk U                               (forward only)
-  uint32_t* counters = nullptr;  // [2 B H NT + 1] the two-level scan's (zeroed by intra; forward only)
+  uint32_t* counters = nullptr;  // [2 B H NT + 1] the two-level scan's (zeroed by intra if it runs; forward only)
 };
 
 // Backward, three launches: aqk_dO -> inter adjoint -> intra adjoint (BackwardLaunches below).
@@ -249,10 +249,6 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
 constexpr int forward_scan_tiles(int D, int C) { return D == 128 && C >= 32 ? 4 : D / 16; }
 // True where `a` runs the two-level forward scan: 0 < fwd_group < NT.
 bool two_level_forward(const FusedArgs& a);
-// The two-level forward scan's group for B*H sequences of NT chunks of C, head dim D, on `sms`
-// SMs: chunks per group, or NT (one level). Figures: docs/notes-kda.md, "2026-12-07 (later): the
-// two-level forward scan".
-int fwd_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
 // Blocks of the two-level forward scan's grid (kernels/kda/scan.h, forward_scan_item): per
 // sequence, 2 NV first-level and NV chain blocks for each group but the last, NV full scans each.
 int64_t fwd_two_level_blocks(const FusedArgs& a);
@@ -310,8 +306,9 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
 // the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
 int resolve_scan_group_cuda(const FusedArgs& a);
 // FusedArgs::fwd_group as the CUDA forward will run it: the argument unless 0; else the
-// environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group, read once per process); else
-// fwd_group_pick on the current device; NT where the one-level scan runs.
+// environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group >= 2, read once per process);
+// else NT, the one-level scan: the two-level scan runs only where asked for until it is
+// measured on the GPU (docs/notes-kda.md, "2026-12-07 (later): the two-level forward scan").
 int resolve_fwd_group_cuda(const FusedArgs& a);
 
 }  // namespace lt::kda

@@ -34,7 +34,10 @@
 //                                     kept for the backward, sQ = scale Q~ and Aqk
 //   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
 //                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
-//                                     S <- e^gamma S + Kbar^T Delta
+//                                     S <- e^gamma S + Kbar^T Delta; or the two-level scan
+//                                     (FusedArgs::fwd_group): every group's state map at
+//                                     once, a chain of one product a group, then every
+//                                     group's scan at once (kernels/kda/scan.h)
 //   aqk_dO     (bwd)  grid NT*B*H   : AqkT_dO = A_qk^T dO from the saved Aqk (the forward's
 //                                     W, U, scale Q~, Kbar and gamma are reused as saved:
 //                                     the backward recomputes no intra-chunk product);

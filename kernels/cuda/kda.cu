@@ -117,9 +117,7 @@ int resolve_fwd_group_cuda(const FusedArgs& a) {
       throw std::invalid_argument("LINTRAIN_KDA_FWD_GROUP must be a chunk count >= 2, got '" + v + "'");
     return g;
   }();
-  if (forced != 0) return forced;
-  return fwd_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), cuda_launch::device_sms(),
-                        static_cast<int>(a.dims.D), a.dtype);
+  return forced != 0 ? forced : NT;
 }
 
 void fused_forward_cuda(const FusedArgs& args, const ForwardWorkspace& ws, void* stream) {

@@ -41,14 +41,6 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) 
 
 bool two_level_forward(const FusedArgs& a) { return a.fwd_group > 0 && a.fwd_group < a.dims.NT(); }
 
-int fwd_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) {
-  const int64_t blocks = forward_scan_tiles(D, C) * bh;
-  if (dtype == DType::f32 || 2 * blocks > sms) return static_cast<int>(nt);
-  int g = 2;  // about sqrt(NT): the serial chain (NT / g steps) against a group's own scan (g steps)
-  while (g < 64 && g * g < nt) g *= 2;
-  return g < nt ? g : static_cast<int>(nt);
-}
-
 int64_t fwd_two_level_blocks(const FusedArgs& a) {
   const int64_t NT = a.dims.NT(), NG = (NT + a.fwd_group - 1) / a.fwd_group, BH = a.dims.B * a.dims.H;
   const int64_t NV = forward_scan_tiles(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C));

@@ -16,7 +16,7 @@ KDA_DEV void intra_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
   constexpr int C = G::C, KS = G::KS, LS = G::LS, LC = G::LC, NTHR = G::NTHR;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const ChunkPos cp(dm, bh, n);
-  if (blk.tid() == 0) zero_fwd_counters(ws, dm, bh, n);  // the two-level scan's, before the scan launch
+  if (blk.tid() == 0 && fwd_groups(a) > 1) zero_fwd_counters(ws, dm, bh, n);  // the two-level scan's, before it
   const float scale = resolved_scale(a);
   // shared memory (floats): Pq, Pk, Tm [C][LC]; Z [16][LC]; rq, rk, be [C]; part [8C];
   // six slices [C][LS]

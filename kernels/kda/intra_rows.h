@@ -171,7 +171,7 @@ KDA_DEV void intra_rows_program(const FusedArgs& a, const ForwardWorkspace& ws, 
   constexpr bool kSplit = std::is_same_v<T, float>;
   const Dims& dm = a.dims;
   const ChunkPos cp(dm, bh, n);
-  if (blk.tid() == 0) zero_fwd_counters(ws, dm, bh, n);  // the two-level scan's, before the scan launch
+  if (blk.tid() == 0 && fwd_groups(a) > 1) zero_fwd_counters(ws, dm, bh, n);  // the two-level scan's, before it
   const float scale = resolved_scale(a);
   const int tid = blk.tid(), r = tid / TPR, j = tid % TPR;
   const int c0 = 4 * j, c1 = D / 2 + 4 * j;  // this thread's two column quads

@@ -14,7 +14,8 @@ namespace lt::kda::KDA_BLOCKS_NS {
 //               transition M_g (S after the group = M_g S before + local), since with U = 0
 //               the step S <- (diag e^gamma - Kbar^T W) S is linear
 // local and transition form Delta = U - W S and the S update only (no Qp, Ob, O, h[n]) and
-// leave S in the group's stash (fwd_stash_local / fwd_stash_transition).
+// leave S in rows of h not yet written (local: h[hi], transition: h[lo + 1]; why these:
+// kernels/kda/block_products.h, fwd_groups).
 enum class ScanRole { full, local, transition };
 
 // The two-level forward scan (FusedArgs::fwd_group): its layout, counters and stash are

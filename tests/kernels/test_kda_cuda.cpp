@@ -298,7 +298,6 @@ TEST_CASE(
 
 TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan both match the naive recurrence",
           "[kda][cuda][fwdgroup]") {
-  // (The bf16 cases of "[kda][cuda]" run the engine's pick, the two-level scan at their B*H.)
   // Many groups a sequence and few sequences: the chain's waits and the tickets under load.
   const uint64_t seed = test_seed();
   struct Sc {

@@ -185,29 +185,6 @@ TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 i
   CHECK(scan_group_pick(96, 16, 32, 132, 64, DType::bf16) == 16);
 }
 
-TEST_CASE("KDA two-level forward scan pick: bf16 while its blocks fill at most half the SMs, args it accepts",
-          "[kda]") {
-  // What holds for every entry: one level (NT) or a group of 2..64 chunks below NT; one boundary
-  // in B*H; the group the argument checks accept (>= 2); f32 always one level (not measured).
-  for (int D : {64, 128})
-    for (int C : {16, 32, 64})
-      for (int sms : {8, 78, 132})
-        for (int64_t nt : {1, 2, 3, 16, 32, 64, 128, 1024}) {
-          bool one_level_seen = false;
-          for (int64_t bh = 1; bh <= 64; ++bh) {
-            const int g = fwd_group_pick(bh, nt, C, sms, D, DType::bf16);
-            INFO("D " << D << " C " << C << " sms " << sms << " nt " << nt << " bh " << bh << " -> " << g);
-            const bool two = g < nt;
-            CHECK((!two || 2 * forward_scan_tiles(D, C) * bh <= sms));
-            CHECK((two || g == nt));
-            if (two) CHECK((g >= 2 && g <= 64));
-            CHECK((!one_level_seen || !two));  // two-level, then one level: one boundary
-            one_level_seen = one_level_seen || !two;
-            CHECK(fwd_group_pick(bh, nt, C, sms, D, DType::f32) == nt);
-          }
-        }
-}
-
 TEST_CASE("KDA Tensor API: chunk 0 runs the chunk the shape's table names", "[kda]") {
   // The table (kernels/kda.h fused_chunk) is a measurement; what holds for every entry: a chunk
   // the fused path takes, never longer than the sequence needs, and an explicit chunk wins.
