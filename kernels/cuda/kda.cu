@@ -78,23 +78,30 @@ int device_sms() {
 
 }  // namespace cuda_launch
 
+namespace {
+// The environment variable `name` as a chunk count >= lo (a group size), or 0 where it is unset;
+// anything else is an error that names it.
+int env_chunk_count(const char* name, int lo) {
+  const char* e = std::getenv(name);
+  const std::string v = e ? e : "";
+  if (v.empty()) return 0;
+  size_t used = 0;
+  int g = 0;
+  try {
+    g = std::stoi(v, &used);
+  } catch (const std::exception&) { used = 0; }
+  if (used != v.size() || g < lo)
+    throw std::invalid_argument(std::string(name) + " must be a chunk count >= " + std::to_string(lo) + ", got '" + v +
+                                "'");
+  return g;
+}
+}  // namespace
+
 int resolve_scan_group_cuda(const FusedArgs& a) {
   const int NT = static_cast<int>(a.dims.NT());
   if (a.scan_group != 0) return a.scan_group;
   if (a.scan_split > 1 || a.lean_scan == LeanScan::full || !a.tensor_cores) return NT;  // asked for a one-level form
-  static const int forced = [] {
-    const char* e = std::getenv("LINTRAIN_KDA_SCAN_GROUP");
-    const std::string v = e ? e : "";
-    if (v.empty()) return 0;
-    size_t used = 0;
-    int g = 0;
-    try {
-      g = std::stoi(v, &used);
-    } catch (const std::exception&) { used = 0; }
-    if (used != v.size() || g < 1)
-      throw std::invalid_argument("LINTRAIN_KDA_SCAN_GROUP must be a chunk count >= 1, got '" + v + "'");
-    return g;
-  }();
+  static const int forced = env_chunk_count("LINTRAIN_KDA_SCAN_GROUP", 1);
   if (forced != 0) return forced;
   return scan_group_pick(a.dims.B * a.dims.H, NT, static_cast<int>(a.dims.C), cuda_launch::device_sms(),
                          static_cast<int>(a.dims.D), a.dtype);
@@ -104,19 +111,7 @@ int resolve_fwd_group_cuda(const FusedArgs& a) {
   const int NT = static_cast<int>(a.dims.NT());
   if (a.fwd_group != 0) return a.fwd_group;
   if (!a.tensor_cores) return NT;
-  static const int forced = [] {
-    const char* e = std::getenv("LINTRAIN_KDA_FWD_GROUP");
-    const std::string v = e ? e : "";
-    if (v.empty()) return 0;
-    size_t used = 0;
-    int g = 0;
-    try {
-      g = std::stoi(v, &used);
-    } catch (const std::exception&) { used = 0; }
-    if (used != v.size() || g < 2)
-      throw std::invalid_argument("LINTRAIN_KDA_FWD_GROUP must be a chunk count >= 2, got '" + v + "'");
-    return g;
-  }();
+  static const int forced = env_chunk_count("LINTRAIN_KDA_FWD_GROUP", 2);
   return forced != 0 ? forced : NT;
 }
 

@@ -155,14 +155,16 @@ KDA_DEV uint32_t* scan_progress(const BackwardWorkspace& ws, const Dims& dm, int
 }
 KDA_DEV int scan_blocks(const FusedArgs& a) { return a.scan_split > 1 ? a.scan_split : 1; }
 // Groups of the two-level scan (NG; 1 for the one-level scan) and group g's chunks [lo, hi).
-KDA_DEV int64_t scan_groups(const FusedArgs& a) {
-  const int64_t NT = a.dims.NT();
-  return a.scan_group > 0 && a.scan_group < NT ? (NT + a.scan_group - 1) / a.scan_group : 1;
-}
-KDA_DEV void scan_group_range(const FusedArgs& a, int64_t g, int64_t& lo, int64_t& hi) {
-  const int64_t NT = a.dims.NT(), NG = scan_groups(a), len = NG > 1 ? a.scan_group : NT;
+// Groups of `group` chunks over NT (one group where group is 0 or >= NT), and group g's [lo, hi).
+KDA_DEV int64_t groups_of(int64_t NT, int group) { return group > 0 && group < NT ? (NT + group - 1) / group : 1; }
+KDA_DEV void group_range(int64_t NT, int group, int64_t g, int64_t& lo, int64_t& hi) {
+  const int64_t NG = groups_of(NT, group), len = NG > 1 ? group : NT;
   lo = g * len;
   hi = g + 1 < NG ? lo + len : NT;
+}
+KDA_DEV int64_t scan_groups(const FusedArgs& a) { return groups_of(a.dims.NT(), a.scan_group); }
+KDA_DEV void scan_group_range(const FusedArgs& a, int64_t g, int64_t& lo, int64_t& hi) {
+  group_range(a.dims.NT(), a.scan_group, g, lo, hi);
 }
 // Wait (one thread; a block barrier after it) until the scan has written chunk n of sequence bh.
 template <class Blk>
@@ -240,14 +242,9 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
 // memory of their own): local_g in h[hi_g] (the next group's first row, where the chain step
 // writes the state entering g + 1 over it), M_g in h[lo_g + 1] (G >= 2; the full scan of group g
 // overwrites it only after its chain step has read it).
-KDA_DEV int64_t fwd_groups(const FusedArgs& a) {
-  const int64_t NT = a.dims.NT();
-  return a.fwd_group > 0 && a.fwd_group < NT ? (NT + a.fwd_group - 1) / a.fwd_group : 1;
-}
+KDA_DEV int64_t fwd_groups(const FusedArgs& a) { return groups_of(a.dims.NT(), a.fwd_group); }
 KDA_DEV void fwd_group_range(const FusedArgs& a, int64_t g, int64_t& lo, int64_t& hi) {
-  const int64_t NT = a.dims.NT(), NG = fwd_groups(a), len = NG > 1 ? a.fwd_group : NT;
-  lo = g * len;
-  hi = g + 1 < NG ? lo + len : NT;
+  group_range(a.dims.NT(), a.fwd_group, g, lo, hi);
 }
 // Element (i, j) of the D x D state row h[n] of sequence bh.
 KDA_DEV float* fwd_state_at(const FusedArgs& a, int64_t bh, int64_t n, int i, int j) {

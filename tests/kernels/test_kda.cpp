@@ -134,6 +134,16 @@ Result run_fused_twin(const Case& c, const Data& x) {
   return r;
 }
 
+// The twin on case c against the naive recurrence, gated as every twin test is.
+void check_twin_against_naive(const Case& c, const Data& x, uint64_t seed) {
+  const Result got = run_fused_twin(c, x);
+  const Result ref = run_naive(c, x);
+  const GatedReport g =
+      gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
+  INFO(c.name() << " seed " << seed << g.report.str() << g.gated.adapted << replay_hint());
+  CHECK(g.gated.pass);
+}
+
 // A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
 // the single-block lean scan on the same data (they form every product alike).
 void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& one, const char* base) {
@@ -345,13 +355,7 @@ TEST_CASE(
     Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, s.simt);
     if (skip_uncompiled(c)) continue;
     c.lean = LeanScan::lean;
-    const Data x = make_data(c, seed + i);
-    const Result got = run_fused_twin(c, x);
-    const Result ref = run_naive(c, x);
-    const GatedReport g =
-        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
-    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
-    CHECK(g.gated.pass);
+    check_twin_against_naive(c, make_data(c, seed + i), seed + i);
   }
 }
 
@@ -467,12 +471,7 @@ TEST_CASE("KDA fused CPU twins: the two-level forward scan matches the naive rec
     const Data x = make_data(c, seed + i);
     c.fwd_group = s.fwd_group;
     c.group = s.group;
-    const Result got = run_fused_twin(c, x);
-    const Result ref = run_naive(c, x);
-    const GatedReport g =
-        gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
-    INFO(c.name() << " seed " << seed + i << g.report.str() << g.gated.adapted << replay_hint());
-    CHECK(g.gated.pass);
+    check_twin_against_naive(c, x, seed + i);
   }
 }
 
