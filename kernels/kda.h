@@ -250,7 +250,7 @@ constexpr int forward_scan_tiles(int D, int C) { return D == 128 && C >= 32 ? 4 
 // True where `a` runs the two-level forward scan: 0 < fwd_group < NT.
 bool two_level_forward(const FusedArgs& a);
 // Blocks of the two-level forward scan's grid (kernels/kda/scan.h, forward_scan_item): per
-// sequence, 2 NV first-level and NV chain blocks for each group but the last, NV full scans each.
+// sequence, NV first-level blocks for each group but the last, NV chain blocks, NV full scans a group.
 int64_t fwd_two_level_blocks(const FusedArgs& a);
 // The inter adjoint's V split for B*H sequences of head dim D on `sms` SMs: 4 while the split
 // blocks fill at most a quarter of the SMs (16 * B*H <= sms), and at bf16 D = 128 at most half

@@ -234,10 +234,11 @@ KDA_DEV float resolved_scale(const FusedArgs& a) {
 }
 
 // ---- the two-level forward scan (FusedArgs::fwd_group = G chunks a group, NG groups) ------
-// First level, every group g < NG - 1 at once: local and transition (2 NV blocks a sequence and
-// group). Then, per group in order: the chain step (NV blocks: S entering g + 1 = M_g S entering
-// g + local_g, the only serial part, one product a group), and the full scan of the group from
-// its start state (NV blocks), all groups' scans running at once once their chain has passed.
+// First level, every group g < NG - 1 at once: local and transition, side by side in one block
+// (NV blocks a sequence and group). Then the chain (NV blocks a sequence, each walking the groups
+// in order: S entering g + 1 = M_g S entering g + local_g, the only serial part, one product a
+// group), and the full scan of each group from its start state (NV blocks), all groups' scans
+// running at once once the chain has passed them.
 // Where the intermediate states live: in the trajectory h itself, rows not yet written (no
 // memory of their own): local_g in h[hi_g] (the next group's first row, where the chain step
 // writes the state entering g + 1 over it), M_g in h[lo_g + 1] (G >= 2; the full scan of group g
@@ -251,7 +252,7 @@ KDA_DEV float* fwd_state_at(const FusedArgs& a, int64_t bh, int64_t n, int i, in
   return a.h + ((bh * a.dims.NT() + n) * a.dims.D + i) * a.dims.D + j;
 }
 // Counters (ForwardWorkspace::counters, zeroed by the intra): group g's first-level blocks done
-// (2 NV), its chain step done (NV), and the grid's ticket: each block takes the next number at
+// (NV), the chain's step g done (NV), and the grid's ticket: each block takes the next number at
 // its start and does that item, so every item a block waits on was taken by a block that runs.
 KDA_DEV uint32_t* fwd_level1_done(const ForwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
   return ws.counters + bh * dm.NT() + g;

@@ -86,10 +86,11 @@ struct Cfg {
   static constexpr int BV = kWideInter ? 32 : 16;
   static constexpr int NV = D / BV;
   static_assert(NV == forward_scan_tiles(D_, C_), "kernels/kda.h names the forward scan's V tiles");
-  static constexpr int LDA = D + 4;   // row stride of D-wide tiles read as mma A operands:
-                                      // 4 mod 32 makes the (g, t) fragment pattern conflict-free
-  static constexpr int LBV = BV + 8;  // (BV + 8) t + g = 8 t + g (mod 32), t < 4, g < 8: the
-                                      // (k = t, n = g) B-fragment pattern is conflict-free
+  static constexpr int LDA = D + 4;        // row stride of D-wide tiles read as mma A operands:
+                                           // 4 mod 32 makes the (g, t) fragment pattern conflict-free
+  static constexpr int LBV = BV + 8;       // (BV + 8) t + g = 8 t + g (mod 32), t < 4, g < 8: the
+                                           // (k = t, n = g) B-fragment pattern is conflict-free
+  static constexpr int LBV2 = 2 * BV + 8;  // the same for the two-level scan's 2 BV state columns
   static constexpr int NTHR_I = kWideInter ? 256 : 128;
   // inter adjoint: full V per block (one block per (b, h): 96 blocks at B8 H12, one per SM),
   // row blocks of RB rows, TPW adjacent 16x8 tiles of the row-block products per warp. At
@@ -132,9 +133,12 @@ struct Cfg {
   static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
   static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
-  // the two-level forward scan's chain step (state_chain_program): M_g and the state tile
-  static constexpr int kChainFloats = D * LDA + D * LBV;
-  static constexpr int kFwdTwoLevelFloats = kInterFloats > kChainFloats ? kInterFloats : kChainFloats;
+  // the two-level forward scan (kernels/kda/scan.h): its first level (ScanRole::group_map, the
+  // inter layout with Delta and S 2 BV columns wide) and its chain (M_g and two state tiles)
+  static constexpr int kGroupMapFloats = 3 * C * LDA + 2 * C * LBV + C * LBV2 + D * LBV2 + D;
+  static constexpr int kChainFloats = D * LDA + 2 * D * LBV;
+  static constexpr int kFwdTwoLevelMax = kInterFloats > kGroupMapFloats ? kInterFloats : kGroupMapFloats;
+  static constexpr int kFwdTwoLevelFloats = kFwdTwoLevelMax > kChainFloats ? kFwdTwoLevelMax : kChainFloats;
   static constexpr int kAdjFloats = 2 * D * LDA + 6 * RB * LDA + D;
   // The slice intra adjoint runs at C = 64 only, one block per SM (its shared memory): 512
   // threads hide more latency there (docs/notes-kda.md, "Measurements behind the kernel

@@ -44,7 +44,7 @@ bool two_level_forward(const FusedArgs& a) { return a.fwd_group > 0 && a.fwd_gro
 int64_t fwd_two_level_blocks(const FusedArgs& a) {
   const int64_t NT = a.dims.NT(), NG = (NT + a.fwd_group - 1) / a.fwd_group, BH = a.dims.B * a.dims.H;
   const int64_t NV = forward_scan_tiles(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C));
-  return ((NG - 1) * 3 * NV + NG * NV) * BH;
+  return ((NG - 1) + 1 + NG) * NV * BH;  // first level, chains, full scans
 }
 
 int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype) {

@@ -134,25 +134,21 @@ Result run_fused_twin(const Case& c, const Data& x) {
   return r;
 }
 
-// The twin on case c against the naive recurrence, gated as every twin test is.
-void check_twin_against_naive(const Case& c, const Data& x, uint64_t seed) {
-  const Result got = run_fused_twin(c, x);
+// The twin on case c against the naive recurrence, gated as every twin test is; returns the twin's result.
+Result check_twin_against_naive(const Case& c, const Data& x, uint64_t seed) {
+  Result got = run_fused_twin(c, x);
   const Result ref = run_naive(c, x);
   const GatedReport g =
       gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
   INFO(c.name() << " seed " << seed << g.report.str() << g.gated.adapted << replay_hint());
   CHECK(g.gated.pass);
+  return got;
 }
 
 // A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
 // the single-block lean scan on the same data (they form every product alike).
 void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& one, const char* base) {
-  const Result got = run_fused_twin(c, x);
-  const Result ref = run_naive(c, x);
-  const GatedReport g =
-      gate_against_reference("twin vs naive", c, got, ref, compare(run_naive_f32(c, x), ref, false, true, true));
-  INFO(c.name() << " seed " << seed << g.report.str() << g.gated.adapted << replay_hint());
-  CHECK(g.gated.pass);
+  const Result got = check_twin_against_naive(c, x, seed);
   for (const BitDiff& b : output_bit_diffs(got, one)) {
     INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from " << base);
     CHECK(b.differ == 0);
