@@ -249,6 +249,13 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
 constexpr int forward_scan_tiles(int D, int C) { return D == 128 && C >= 32 ? 4 : D / 16; }
 // True where `a` runs the two-level forward scan: 0 < fwd_group < NT.
 bool two_level_forward(const FusedArgs& a);
+// The two-level forward scan's group for B*H sequences of NT chunks, head dim D, on `sms` SMs:
+// chunks per group, or NT (one level). bf16 while 8 B*H <= sms at D = 64 and 16 B*H <= sms at
+// D = 128 (the scan's 4 B*H one-level blocks leave most SMs idle; the two-level scan does about
+// three times their work on the idle ones), from NT = 64; below NT = 128 groups of 16 chunks at
+// B*H <= 4 and 8 above, then NT / 16 within [16, 64]. f32 (not measured): one level. Figures: docs/notes-kda.md,
+// "2026-12-07 (late): the two-level forward scan, measured".
+int fwd_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype);
 // Blocks of the two-level forward scan's grid (kernels/kda/scan.h, forward_scan_item): per
 // sequence, NV first-level blocks for each group but the last, NV chain blocks, NV full scans a group.
 int64_t fwd_two_level_blocks(const FusedArgs& a);
@@ -306,9 +313,9 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
 // the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
 int resolve_scan_group_cuda(const FusedArgs& a);
 // FusedArgs::fwd_group as the CUDA forward will run it: the argument unless 0; else the
-// environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group >= 2, read once per process);
-// else NT, the one-level scan: the two-level scan runs only where asked for until it is
-// measured on the GPU (docs/notes-kda.md, "2026-12-07 (later): the two-level forward scan").
+// environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group >= 2, read once per process;
+// a value >= NT forces one level); else fwd_group_pick on the current device (tensor cores
+// only; NT where the one-level scan runs).
 int resolve_fwd_group_cuda(const FusedArgs& a);
 
 }  // namespace lt::kda

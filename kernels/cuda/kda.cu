@@ -112,7 +112,8 @@ int resolve_fwd_group_cuda(const FusedArgs& a) {
   if (a.fwd_group != 0) return a.fwd_group;
   if (!a.tensor_cores) return NT;
   static const int forced = env_chunk_count("LINTRAIN_KDA_FWD_GROUP", 2);
-  return forced != 0 ? forced : NT;
+  if (forced != 0) return forced;
+  return fwd_group_pick(a.dims.B * a.dims.H, NT, cuda_launch::device_sms(), static_cast<int>(a.dims.D), a.dtype);
 }
 
 void fused_forward_cuda(const FusedArgs& args, const ForwardWorkspace& ws, void* stream) {

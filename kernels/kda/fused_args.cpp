@@ -41,6 +41,12 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) 
 
 bool two_level_forward(const FusedArgs& a) { return a.fwd_group > 0 && a.fwd_group < a.dims.NT(); }
 
+int fwd_group_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype) {
+  if (dtype == DType::f32 || (D == 64 ? 8 : 16) * bh > sms || nt < 64) return static_cast<int>(nt);
+  if (nt < 128) return bh <= 4 ? 16 : 8;
+  return static_cast<int>(std::clamp<int64_t>(nt / 16, 16, 64));
+}
+
 int64_t fwd_two_level_blocks(const FusedArgs& a) {
   const int64_t NT = a.dims.NT(), NG = (NT + a.fwd_group - 1) / a.fwd_group, BH = a.dims.B * a.dims.H;
   const int64_t NV = forward_scan_tiles(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C));

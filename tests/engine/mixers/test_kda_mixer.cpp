@@ -149,6 +149,55 @@ TEST_CASE("KDA scan split pick: 4 while the split blocks leave SMs idle, then 1,
   CHECK(inter_adjoint_split(16, 132, 128, DType::f32) == 1);
 }
 
+TEST_CASE("KDA two-level forward scan pick: bf16 while few sequences, from NT 64, groups of 8..64, args it accepts",
+          "[kda]") {
+  // What holds for every entry: one level (NT) or a group of 8..64 chunks, at least 4 groups a
+  // sequence below NT 128 and 8 up to NT 1024 (so the group grows with NT); one boundary in B*H
+  // and one in NT; f32 always one level (not measured).
+  for (int D : {64, 128})
+    for (int sms : {8, 78, 132}) {
+      bool two_seen_below = false;
+      for (int64_t nt : {1, 2, 16, 32, 63, 64, 100, 128, 256, 512, 1024, 4096}) {
+        bool one_level_seen = false, two_seen = false;
+        for (int64_t bh = 1; bh <= 64; ++bh) {
+          const int g = fwd_group_pick(bh, nt, sms, D, DType::bf16);
+          INFO("D " << D << " sms " << sms << " nt " << nt << " bh " << bh << " -> " << g);
+          const bool two = g < nt;
+          CHECK((!two || (D == 64 ? 8 : 16) * bh <= sms));
+          CHECK((!two || nt >= 64));
+          CHECK((two || g == nt));
+          if (two) {
+            CHECK(g >= 8);
+            CHECK(g <= 64);
+            CHECK(nt / g >= (nt < 128 ? 4 : nt <= 1024 ? 8 : 2));
+            Dims dm{bh, nt * 32, 1, D, 32};
+            FusedArgs a;
+            a.dims = dm;
+            a.fwd_group = g;
+            CHECK(two_level_forward(a));
+          }
+          CHECK((!one_level_seen || !two));  // two-level, then one level: one boundary
+          one_level_seen = one_level_seen || !two;
+          two_seen = two_seen || two;
+          CHECK(fwd_group_pick(bh, nt, sms, D, DType::f32) == nt);
+        }
+        CHECK((!two_seen_below || two_seen));  // a longer sequence never turns it off
+        two_seen_below = two_seen_below || two_seen;
+      }
+    }
+  // the measured points (H100, docs/notes-kda.md, "2026-12-07 (late): the two-level forward scan, measured")
+  CHECK(fwd_group_pick(4, 64, 132, 64, DType::bf16) == 16);
+  CHECK(fwd_group_pick(8, 64, 132, 128, DType::bf16) == 8);
+  CHECK(fwd_group_pick(16, 64, 132, 64, DType::bf16) == 8);
+  CHECK(fwd_group_pick(4, 128, 132, 128, DType::bf16) == 16);
+  CHECK(fwd_group_pick(4, 256, 132, 128, DType::bf16) == 16);
+  CHECK(fwd_group_pick(4, 512, 132, 128, DType::bf16) == 32);
+  CHECK(fwd_group_pick(8, 1024, 132, 128, DType::bf16) == 64);
+  CHECK(fwd_group_pick(16, 256, 132, 128, DType::bf16) == 256);
+  CHECK(fwd_group_pick(32, 256, 132, 64, DType::bf16) == 256);
+  CHECK(fwd_group_pick(4, 32, 132, 64, DType::bf16) == 32);
+}
+
 TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 in [2, 8], args it accepts", "[kda]") {
   // What holds for every entry: one level (NT) or a group of 2..8 chunks (more only where a
   // boundary state needs the room) below NT; one boundary in B*H; the group the argument
