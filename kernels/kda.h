@@ -99,6 +99,9 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
 //         reading h[n] twice more from memory; the scan keeps four;
 //   pick  lean where the scan runs split over V or on few enough SMs (lean_scan_pick), else full.
 enum class LeanScan : int { pick = 0, full = 1, lean = 2 };
+// The two-level backward scan's first level (FusedArgs::scan_first): pick (chosen on CUDA,
+// serial on the CPU twin), serial (S' alone over all chunks), affine (group maps and a chain).
+enum class ScanFirst : int { pick = 0, serial = 1, affine = 2 };
 
 struct FusedArgs {
   Dims dims;
@@ -125,6 +128,14 @@ struct FusedArgs {
   // group, i.e. the one-level scan. A group below NT needs tensor_cores, scan_split 1, the lean
   // scan (it forces both) and D <= 2 scan_group C (bf16; f32: 4 scan_group C).
   int scan_group = 0;
+  // The two-level backward scan's first level (kernels/kda/state_adjoint.h). serial: as above.
+  // affine: S' crosses a group by an affine map (S' below = M'_g S' above + local'_g); every
+  // group's local'_g and M'_g are scanned at once (4 blocks a sequence and group, each 2 x
+  // D / 4 columns), then a chain of one product a group gives every boundary's S', so the first
+  // level's serial chain is NG product steps, not NT scan steps. Not bit-identical to the
+  // one-level scan. Its three states a group need 3 D <= 2 scan_group C (bf16; f32: 4
+  // scan_group C). Used only where the two-level scan runs.
+  ScanFirst scan_first = ScanFirst::pick;
   // The two-level forward scan (kernels/kda/scan.h): chunks per group. Every group's own state
   // contribution and transition are scanned at once, a chain of one product a group carries the
   // state across groups, then every group's full scan (h[n], O) runs at once from its start
@@ -224,10 +235,11 @@ struct BackwardWorkspace {
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk (fp32) over that chunk's
   // rows of Delta / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H + 2 B*H*NT + 1] blocks done per head; the scan's progress per
+  uint32_t* counters = nullptr;  // [H + 3 B*H*NT + 1] blocks done per head; the scan's progress per
                                  // (sequence, group); the first level's boundary flags per
-                                 // (sequence, group); the two-level scan's block ticket
-                                 // (zeroed by the aqk_dO launch)
+                                 // (sequence, group); the affine first level's group maps
+                                 // done; the two-level scan's block ticket (zeroed by the aqk_dO
+                                 // launch)
 };
 struct WorkspaceBytes {
   size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO
@@ -245,6 +257,21 @@ bool two_level_scan(const FusedArgs& a);
 // D = 128 (the one-block scan leaves most SMs idle), groups of NT / 16 chunks within [2, 8];
 // f32 (not measured) and more sequences: one level. Figures: docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan".
 int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
+// The two-level scan's first level for B*H sequences of NT chunks, head dim D, on `sms` SMs:
+// affine at bf16 D = 64 while 32 B*H <= sms, or 16 B*H <= sms from NT = 256 (its group maps do
+// about twice the serial first level's work, on the SMs that one leaves idle); else serial (at
+// D = 128 the maps' work, eight 16-column tiles a sequence, outweighs the shorter chain).
+// scan_group_pick makes its groups hold three states where it picks affine (and they fit below NT). Figures:
+// docs/notes-kda.md, "2026-12-07 (late): the affine first level".
+ScanFirst scan_first_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype);
+// The two-level scan's states fit in a group's rows of the four gradient outputs (4 group C rows
+// of D elements: kernels/kda/block_products.h, scan_state_at): the boundary state, and with the
+// affine first level its local' and M' besides.
+bool scan_states_fit(int D, int C, int group, DType dtype, ScanFirst first);
+// Blocks of the two-level backward scan's grid (kernels/kda/inter_adjoint.h,
+// backward_scan_item): the first level's (serial: D / 16 a sequence; affine: 4 map blocks a
+// sequence and group but the first, and D / 16 chain blocks a sequence), then one a sequence and group.
+int64_t bwd_two_level_blocks(const FusedArgs& a);
 // V tiles of the forward state scan at head dim D and chunk C (its blocks a sequence: Cfg::NV).
 constexpr int forward_scan_tiles(int D, int C) { return D == 128 && C >= 32 ? 4 : D / 16; }
 // True where `a` runs the two-level forward scan: 0 < fwd_group < NT.
@@ -312,6 +339,11 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
 // scan_group_pick on the current device; NT where the one-level scan runs. A caller that runs
 // the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
 int resolve_scan_group_cuda(const FusedArgs& a);
+// FusedArgs::scan_first as the CUDA backward will run it (`a` with scan_group resolved): the
+// argument unless pick; else the environment variable LINTRAIN_KDA_SCAN_FIRST (serial |
+// affine, read once per process); else scan_first_pick on the current device where the group
+// holds its three states, serial where it does not (a group set by hand).
+ScanFirst resolve_scan_first_cuda(const FusedArgs& a);
 // FusedArgs::fwd_group as the CUDA forward will run it: the argument unless 0; else the
 // environment variable LINTRAIN_KDA_FWD_GROUP (chunks per group >= 2, read once per process;
 // a value >= NT forces one level); else fwd_group_pick on the current device (tensor cores

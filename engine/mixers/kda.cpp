@@ -435,7 +435,10 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
   const DType dt = in.q.dtype();
   const kda::WorkspaceBytes wb = kda::workspace_bytes(d, dt);
 #if LINTRAIN_WITH_CUDA
-  if (dev.is_cuda()) a.scan_group = kda::resolve_scan_group_cuda(a);  // both parts run the same scan form
+  if (dev.is_cuda()) {  // both parts run the same scan form
+    a.scan_group = kda::resolve_scan_group_cuda(a);
+    a.scan_first = kda::resolve_scan_first_cuda(a);
+  }
 #endif
   // The saved tiles are read and rewritten in place (kernels/kda.h): Xw over W, Delta over U,
   // Xq over sQ, Xk over Kbar, dDelta over AqkT_dO.

@@ -107,6 +107,24 @@ int resolve_scan_group_cuda(const FusedArgs& a) {
                          static_cast<int>(a.dims.D), a.dtype);
 }
 
+ScanFirst resolve_scan_first_cuda(const FusedArgs& a) {
+  if (a.scan_first != ScanFirst::pick) return a.scan_first;
+  static const ScanFirst forced = [] {
+    const char* e = std::getenv("LINTRAIN_KDA_SCAN_FIRST");
+    const std::string v = e ? e : "";
+    if (v.empty()) return ScanFirst::pick;
+    if (v != "serial" && v != "affine")
+      throw std::invalid_argument("LINTRAIN_KDA_SCAN_FIRST must be serial or affine, got '" + v + "'");
+    return v == "affine" ? ScanFirst::affine : ScanFirst::serial;
+  }();
+  if (forced != ScanFirst::pick) return forced;
+  const ScanFirst pick =
+      scan_first_pick(a.dims.B * a.dims.H, a.dims.NT(), cuda_launch::device_sms(), static_cast<int>(a.dims.D), a.dtype);
+  const bool fits =
+      scan_states_fit(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.scan_group, a.dtype, pick);
+  return fits ? pick : ScanFirst::serial;
+}
+
 int resolve_fwd_group_cuda(const FusedArgs& a) {
   const int NT = static_cast<int>(a.dims.NT());
   if (a.fwd_group != 0) return a.fwd_group;
@@ -130,6 +148,7 @@ void fused_forward_cuda(const FusedArgs& args, const ForwardWorkspace& ws, void*
 void fused_backward_cuda(const FusedArgs& args, const BackwardWorkspace& ws, void* stream, BackwardLaunches part) {
   FusedArgs a = args;
   a.scan_group = resolve_scan_group_cuda(args);
+  a.scan_first = resolve_scan_first_cuda(a);
   check_fused_args(a, part);
   check_workspace(ws, part);
   check_compiled(a);

@@ -179,19 +179,25 @@ KDA_DEV void wait_scan_chunk(Blk& blk, const FusedArgs& a, const BackwardWorkspa
 KDA_DEV uint32_t* scan_state_flag(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
   return ws.counters + dm.H + dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
 }
+// The affine first level (ScanFirst::affine): group g's map blocks done (D / 16 of them).
+KDA_DEV uint32_t* scan_map_done(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
+  return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
+}
 // The two-level grid's ticket: each block takes the next number at its start and does the work
 // of that number, so the first level's blocks are running before any block waits on them,
 // whatever order the hardware starts blocks in.
 KDA_DEV uint32_t* scan_ticket(const BackwardWorkspace& ws, const Dims& dm) {
-  return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT();
+  return ws.counters + dm.H + 3 * dm.B * dm.H * dm.NT();
 }
-// Element e < D*D (row-major [D][D]) of S' entering group g < NG - 1 of sequence bh from above.
-// It is kept in the rows of the group's own chunks in the gradient outputs dq, dk, dv, df, seen
-// as W = D * sizeof(dtype) / 4 floats a row, rows of dq first: only the intra adjoint writes
-// those rows, and only once the group's second level has published their chunks, i.e. after it
-// read the state at its start. So the boundary states take no memory of their own. A group
-// (never the last, the only one that may be short) has scan_group * C full rows a tensor, and
-// D * D / W <= 4 scan_group C (check_fused_args).
+// Element e < D*D (row-major [D][D]) of S' entering group g < NG - 1 of sequence bh from above
+// (slot 0; the affine first level keeps local'_{g+1} at e + D*D and M'_{g+1} at e + 2 D*D, slots
+// 1 and 2). It is kept in the rows of the group's own chunks in the gradient outputs dq, dk, dv,
+// df, seen as W = D * sizeof(dtype) / 4 floats a row, rows of dq first: only the intra adjoint
+// writes those rows, and only once the group's second level has published their chunks, i.e.
+// after it read the state at its start (and, affine, after the chain read slots 1 and 2: the
+// second level waits for the chain step that follows those reads). So the states take no
+// memory of their own. A group (never the last, the only one that may be short) has scan_group
+// * C full rows a tensor, and slots * D * D / W <= 4 scan_group C (check_fused_args).
 KDA_DEV float* scan_state_at(const FusedArgs& a, int64_t bh, int64_t g, int e) {
   const Dims& dm = a.dims;
   const int es = a.dtype == DType::f32 ? 4 : 2, W = dm.D * es / 4;

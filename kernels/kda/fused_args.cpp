@@ -18,25 +18,47 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
-  w.counters = static_cast<size_t>(dm.H + 2 * dm.B * dm.H * dm.NT() + 1) * sizeof(uint32_t);
+  w.counters = static_cast<size_t>(dm.H + 3 * dm.B * dm.H * dm.NT() + 1) * sizeof(uint32_t);
   return w;
 }
 
 bool two_level_scan(const FusedArgs& a) { return a.scan_group > 0 && a.scan_group < a.dims.NT(); }
 
 namespace {
-// A boundary state (D^2 floats) fits in a group's rows of the four gradient outputs (4 group C
-// rows of D elements: kernels/kda/block_products.h, scan_state_at).
-bool scan_states_fit(int D, int C, int group, DType dtype) {
-  return static_cast<int64_t>(D) * (dtype == DType::f32 ? 1 : 2) <= 4 * static_cast<int64_t>(group) * C;
+int scan_states(ScanFirst first) { return first == ScanFirst::affine ? 3 : 1; }
+bool scan_states_fit(int D, int C, int group, DType dtype, int states) {
+  return static_cast<int64_t>(states) * D * (dtype == DType::f32 ? 1 : 2) <= 4 * static_cast<int64_t>(group) * C;
 }
 }  // namespace
 
+bool scan_states_fit(int D, int C, int group, DType dtype, ScanFirst first) {
+  return scan_states_fit(D, C, group, dtype, scan_states(first));
+}
+
+ScanFirst scan_first_pick(int64_t bh, int64_t nt, int sms, int D, DType dtype) {
+  if (dtype == DType::f32 || D != 64) return ScanFirst::serial;
+  const bool affine = 32 * bh <= sms || (16 * bh <= sms && nt >= 256);
+  return affine ? ScanFirst::affine : ScanFirst::serial;
+}
+
 int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) {
   if (dtype == DType::f32 || (D == 64 ? 8 : 16) * bh > sms) return static_cast<int>(nt);
-  int g = static_cast<int>(std::clamp<int64_t>(nt / 16, 2, 8));
-  while (!scan_states_fit(D, C, g, dtype)) g *= 2;
+  auto group = [&](int states) {
+    int g = static_cast<int>(std::clamp<int64_t>(nt / 16, 2, 8));
+    while (!scan_states_fit(D, C, g, dtype, states)) g *= 2;
+    return g;
+  };
+  // the affine first level's three states where it is picked and they fit below NT, else one
+  int g = group(scan_states(scan_first_pick(bh, nt, sms, D, dtype)));
+  if (g >= nt) g = group(1);
   return g < nt ? g : static_cast<int>(nt);
+}
+
+int64_t bwd_two_level_blocks(const FusedArgs& a) {
+  const int64_t NT = a.dims.NT(), NG = (NT + a.scan_group - 1) / a.scan_group, BH = a.dims.B * a.dims.H;
+  const int64_t NV = a.dims.D / 16, NVM = a.dims.D / (a.dims.D == 128 ? 32 : 16);  // StateAdjCfg
+  const int64_t first = a.scan_first == ScanFirst::affine ? (NG - 1) * NVM + NV : NV;
+  return (first + NG) * BH;
 }
 
 bool two_level_forward(const FusedArgs& a) { return a.fwd_group > 0 && a.fwd_group < a.dims.NT(); }
@@ -134,11 +156,16 @@ void check_common(const FusedArgs& a) {
     if (a.scan_split > 1) fail("the two-level scan (scan_group < NT) runs unsplit (scan_split > 1 given)");
     if (a.lean_scan == LeanScan::full)
       fail("the two-level scan (scan_group < NT) is always lean (lean_scan full given)");
-    if (!scan_states_fit(d.D, d.C, a.scan_group, a.dtype))
-      fail("the two-level scan needs scan_group * chunk >= " + std::string(a.dtype == DType::f32 ? "D / 4" : "D / 2") +
-           " (scan_group " + std::to_string(a.scan_group) + ", chunk " + std::to_string(d.C) + ", D " +
-           std::to_string(d.D) + ")");
+    const bool affine = a.scan_first == ScanFirst::affine;
+    if (!scan_states_fit(d.D, d.C, a.scan_group, a.dtype, scan_states(a.scan_first)))
+      fail(std::string(affine ? "the affine first level (three states a group)" : "the two-level scan") +
+           " needs scan_group * chunk >= " +
+           (a.dtype == DType::f32 ? (affine ? "3 D / 4" : "D / 4") : (affine ? "3 D / 2" : "D / 2")) + " (scan_group " +
+           std::to_string(a.scan_group) + ", chunk " + std::to_string(d.C) + ", D " + std::to_string(d.D) + ")");
   }
+  if (a.scan_first != ScanFirst::pick && a.scan_first != ScanFirst::serial && a.scan_first != ScanFirst::affine)
+    fail("scan_first must be pick (0), serial (1) or affine (2), got " +
+         std::to_string(static_cast<int>(a.scan_first)));
 }
 
 }  // namespace

@@ -343,6 +343,38 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 // the intra adjoint). Blk provides cluster_sync() (barrier of all the cluster's threads, with
 // release / acquire of their shared-memory writes) and peer(p, rank) (the address of p in
 // block `rank`'s shared memory).
+// The two-level scan's grid (bwd_two_level_blocks items): work item j (the block's ticket) of
+//   serial: [first level: bh, then V tiles] [second level: groups top first, then bh]
+//   affine: [group maps: g = NG - 1 down to 1, then bh, then V tiles] [chains: bh, then V tiles]
+//           [second level: groups top first, then bh]
+// so every item waits only on items before it.
+template <class G, class T, class Blk>
+KDA_DEV void backward_scan_item(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t j, float* smem) {
+  constexpr int NV = StateAdjCfg<G>::NV, NVM = StateAdjCfg<G>::NVM;
+  const int64_t BH = a.dims.B * a.dims.H, NG = scan_groups(a), per = BH * NV, per_map = BH * NVM;
+  blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
+  if (a.scan_first == ScanFirst::affine) {
+    if (j < (NG - 1) * per_map) {
+      const int64_t g = NG - 1 - j / per_map, bh = (j % per_map) / NVM;
+      state_adjoint_program<G, T, true>(a, ws, blk, bh, static_cast<int>(j % NVM), smem, g);
+      return;
+    }
+    j -= (NG - 1) * per_map;
+    if (j < per) {
+      state_adjoint_chain_program<G, T>(a, ws, blk, j / NV, static_cast<int>(j % NV), smem);
+      return;
+    }
+    j -= per;
+  } else {
+    if (j < per) {
+      state_adjoint_program<G, T>(a, ws, blk, j / NV, static_cast<int>(j % NV), smem);
+      return;
+    }
+    j -= per;
+  }
+  inter_adjoint_program<G, T, true, true>(a, ws, blk, j % BH, smem, NG - 1 - j / BH);
+}
+
 template <class G, int NV_>
 struct SplitCfg {
   static constexpr int D = G::D, C = G::C, NV = NV_;

@@ -1,7 +1,8 @@
 // KDA two-level backward scan, first level: the adjoint state S' alone, one block per (b, h,
-// V tile of 16 columns), reverse over all chunks; S' at every group boundary goes to the
-// second level (inter_adjoint_program over one group; where it is kept: scan_state_at)
-// (overview: kernels/kda_blocks.h; FusedArgs::scan_group).
+// V tile of 16 columns), reverse over all chunks (ScanFirst::serial), or every group's adjoint
+// map at once and a chain across the groups (ScanFirst::affine); S' at every group boundary goes
+// to the second level (inter_adjoint_program over one group; where it is kept: scan_state_at)
+// (overview: kernels/kda_blocks.h; FusedArgs::scan_group, FusedArgs::scan_first).
 #pragma once
 
 #include "kernels/kda/chunk_ops.h"
@@ -28,23 +29,50 @@ struct StateAdjCfg {
   static_assert(TD <= NW && TS % TW == 0 && TS / TW <= NW && (TW == 1 || TW == BV / 8));
   static_assert((C * D) % (2 * NTHR) == 0 && NTHR >= D && C % RB == 0);
   static constexpr int kFloats = 3 * C * LD + 2 * C * LB + D * LB + D;
+  // the affine form's group map: BVM local' columns and BVM transition columns side by side
+  // (32 at D = 128: half the blocks, each chunk's D-wide tiles loaded once for 64 columns),
+  // NVM blocks a sequence and group, rows of LB2
+  static constexpr int BVM = D == 128 ? 32 : 16, NVM = D / BVM;
+  static constexpr int LB2 = 2 * BVM + 8;
+  static constexpr int MBM = (C * BVM / 2 + NTHR - 1) / NTHR;
+  static constexpr int kMapFloats = 3 * C * LD + 2 * C * LB2 + D * LB2 + D;
+  // its chain: the map M'_g and two states of BV columns
+  static constexpr int kChainFloats = D * LD + 2 * D * LB;
 };
 
-template <class G, class T, class Blk>
+// The affine first level (ScanFirst::affine). S' is carried down a group g by an affine map:
+// S' entering g - 1 from above = M'_g S' entering g + local'_g, where local'_g is the group's
+// reverse scan from S' = 0 with dO and A_qk^T dO as given, and M'_g the scan from the identity
+// with both 0 (the step S' <- (diag e^gamma - W^T Kbar) S' is then linear). A group map block
+// (kMap) scans both for BVM columns side by side over the group's chunks; the chain walks the
+// groups from the top, one product a group. local'_g and M'_g are kept in the rows of group
+// g - 1 (never the last, so never short) next to the boundary state (scan_state_at, slots 1, 2).
+
+// kMap false: the serial first level, all chunks from dht, S' at every group boundary.
+// kMap true: group g's map (g >= 1), BV = StateAdjCfg::BVM: columns [0, BV) local', [BV, 2 BV)
+// the transition of the identity's columns v0.. (dO and A_qk^T dO 0 there), over the group's
+// chunks only.
+template <class G, class T, bool kMap = false, class Blk>
 KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int vt,
-                                   float* smem) {
+                                   float* smem, int64_t g = 0) {
   using SA = StateAdjCfg<G>;
   const Dims& dm = a.dims;
-  constexpr int C = G::C, D = G::D, RB = G::RB, BV = SA::BV, LD = SA::LD, LB = SA::LB, NT_ = SA::NTHR;
-  constexpr int TW = SA::TW, MA = SA::MA, MB = SA::MB;
+  constexpr int C = G::C, D = G::D, RB = G::RB, LD = SA::LD, NT_ = SA::NTHR, NW = SA::NW;
+  constexpr int BV = kMap ? SA::BVM : SA::BV;                           // own columns (kMap: each half)
+  constexpr int BW = kMap ? 2 * BV : BV, LB = kMap ? SA::LB2 : SA::LB;  // state columns, their row stride
+  constexpr int TD = (C / 16) * (BW / 8), TS = (D / 16) * (BW / 8), TW = TS > NW ? TS / NW : 1;
+  static_assert(TS % TW == 0 && TS / TW <= NW && (BW / 8) % TW == 0, "a warp's S' tiles lie in one row of tiles");
+  constexpr int MA = SA::MA, MB = kMap ? SA::MBM : SA::MB;
   constexpr bool kSplit = std::is_same_v<T, float>;
   const int64_t NT = dm.NT(), Tp = dm.Tp(), group = a.scan_group;
+  int64_t lo = 0, hi = NT;
+  if constexpr (kMap) scan_group_range(a, g, lo, hi);
   const int v0 = vt * BV;
   const T* dO = static_cast<const T*>(a.dO);
   float* Kr = smem;         // [C][LD] Kbar
   float* Wr = Kr + C * LD;  // [C][LD] W
   float* Qr = Wr + C * LD;  // [C][LD] scale Q~
-  float* Or = Qr + C * LD;  // [C][LB] dO, own columns
+  float* Or = Qr + C * LD;  // [C][LB] dO, own columns (kMap: 0 on the transition's)
   float* Dr = Or + C * LB;  // [C][LB] A_qk^T dO -> dDelta, own columns
   float* Sp = Dr + C * LB;  // [D][LB] S', own columns
   float* eg = Sp + D * LB;  // [D] e^gamma
@@ -52,10 +80,16 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
 
-  for (int e = tid; e < D * BV; e += NT_) {
-    const int i = e / BV, j = e % BV;
-    Sp[i * LB + j] = a.dht ? a.dht[(bh * D + i) * D + v0 + j] : 0.0f;
+  for (int e = tid; e < D * BW; e += NT_) {
+    const int i = e / BW, j = e % BW;
+    if constexpr (kMap) {
+      Sp[i * LB + j] = j >= BV && i == v0 + j - BV ? 1.0f : 0.0f;
+    } else {
+      Sp[i * LB + j] = a.dht ? a.dht[(bh * D + i) * D + v0 + j] : 0.0f;
+    }
   }
+  if constexpr (kMap)  // dO is 0 on the transition's columns: set once, the loads fill [0, BV)
+    for (int e = tid; e < C * BV; e += NT_) Or[(e / BV) * LB + BV + e % BV] = 0.0f;
   // Register prefetch one chunk ahead (as the one-block scan): the loads do not depend on S'.
   Pair<T> pW[MA], pQ[MA], pD[MB] = {}, pO[MB] = {};
   Pair<float> pK[MA];
@@ -79,8 +113,8 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     }
     if (tid < D) pE = ws.gamma[(bh * NT + n) * D + tid];
   };
-  fetch(NT - 1);
-  for (int64_t n = NT - 1; n >= 0; --n) {
+  fetch(hi - 1);
+  for (int64_t n = hi - 1; n >= lo; --n) {
     KDA_UNROLL
     for (int m = 0; m < MA; ++m) {
       const int e = 2 * (tid + m * NT_);
@@ -98,22 +132,25 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       sts2(Or + r * LB + j, pO[m]);
     }
     if (tid < D) eg[tid] = expf(pE);
-    if (n > 0) fetch(n - 1);
+    if (n > lo) fetch(n - 1);
     blk.sync();
-    // dDelta = A_qk^T dO + Kbar S' (own columns): warp w < TD takes tile (m0, n0)
-    if (warp < SA::TD) {
-      const int m0 = (warp / (BV / 8)) * 16, n0 = (warp % (BV / 8)) * 8;
+    // dDelta = A_qk^T dO + Kbar S' (own columns): warp w takes tiles w, w + NW, .. of the TD
+    // (kMap: A_qk^T dO is 0 on the transition's columns)
+    for (int ti = warp; ti < TD; ti += NW) {
+      const int m0 = (ti / (BW / 8)) * 16, n0 = (ti % (BW / 8)) * 8;
       float q[4] = {};
       mma_acc_block<kSplit, 1, 1>(
           blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
           [&](int, int k, int c) { return Sp[k * LB + n0 + c]; });
-      for_group_frags<1>(lane, m0, n0, [&](int, int e, int r, int c) { Dr[r * LB + c] = Dr[r * LB + c] + q[e]; });
+      for_group_frags<1>(lane, m0, n0, [&](int, int e, int r, int c) {
+        Dr[r * LB + c] = (kMap && c >= BV ? 0.0f : Dr[r * LB + c]) + q[e];
+      });
     }
     blk.sync();
     // S' <- e^gamma S' + sum over the row blocks of (scale Q~)^T dO - W^T dDelta: warp w takes
     // TW adjacent tiles (one row of tiles where TW > 1)
-    if (warp * TW < SA::TS) {
-      const int ti = warp * TW, m0 = (ti / (BV / 8)) * 16, c0 = (ti % (BV / 8)) * 8;
+    if (warp * TW < TS) {
+      const int ti = warp * TW, m0 = (ti / (BW / 8)) * 16, c0 = (ti % (BW / 8)) * 8;
       float acc[4 * TW] = {};
       for (int rb = 0; rb < C / RB; ++rb) {
         const int k0 = rb * RB;
@@ -132,16 +169,78 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       };
       update_state_tiles<TW>(Sp, eg, acc, at);
     }
-    blk.sync();                     // S' complete before the next chunk's dDelta; the tiles free for its rows
-    if (n > 0 && n % group == 0) {  // the boundary above group n / group - 1
-      const int64_t g = n / group - 1;
-      for (int e = tid; e < D * BV; e += NT_) {
-        const int i = e / BV, j = e % BV;
-        *scan_state_at(a, bh, g, i * D + v0 + j) = Sp[i * LB + j];
+    blk.sync();  // S' complete before the next chunk's dDelta; the tiles free for its rows
+    if constexpr (!kMap) {
+      if (n > 0 && n % group == 0) {  // the boundary above group n / group - 1
+        const int64_t gb = n / group - 1;
+        for (int e = tid; e < D * BV; e += NT_) {
+          const int i = e / BV, j = e % BV;
+          *scan_state_at(a, bh, gb, i * D + v0 + j) = Sp[i * LB + j];
+        }
+        blk.sync();
+        if (tid == 0) blk.publish(scan_state_flag(ws, dm, bh, gb));
       }
-      blk.sync();
-      if (tid == 0) blk.publish(scan_state_flag(ws, dm, bh, g));
     }
+  }
+  if constexpr (kMap) {  // local'_g into slot 1 of group g - 1, M'_g's columns into slot 2
+    for (int e = tid; e < D * BW; e += NT_) {
+      const int i = e / BW, j = e % BW;
+      *scan_state_at(a, bh, g - 1, (j < BV ? 1 : 2) * D * D + i * D + v0 + j % BV) = Sp[i * LB + j];
+    }
+    blk.sync();  // every thread's stash stores issued
+    if (tid == 0) blk.publish(scan_map_done(ws, dm, bh, g));
+  }
+}
+
+// The affine first level's chain for sequence bh, V tile vt (BV columns): for g = NG - 1 down
+// to 1, S' entering g - 1 = M'_g S' entering g + local'_g (from dht at the top), into slot 0 of
+// group g - 1 (the second level's start state), raising scan_state_flag(bh, g - 1) after each.
+// One block carries the whole chain; it waits for each group's map blocks. Shared memory:
+// StateAdjCfg::kChainFloats.
+template <class G, class T, class Blk>
+KDA_DEV void state_adjoint_chain_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk& blk, int64_t bh, int vt,
+                                         float* smem) {
+  using SA = StateAdjCfg<G>;
+  const Dims& dm = a.dims;
+  constexpr int D = G::D, BV = SA::BV, LD = SA::LD, LB = SA::LB, NT_ = SA::NTHR, NW = SA::NW;
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  const int v0 = vt * BV, tid = blk.tid(), lane = tid & 31, warp = tid >> 5;
+  const int64_t NG = scan_groups(a);
+  float* Ms = smem;         // [D][LD] M'_g
+  float* Sc = Ms + D * LD;  // [D][LB] S' entering g, columns v0..
+  float* Sn = Sc + D * LB;  // [D][LB] S' entering g - 1
+  for (int e = tid; e < D * BV; e += NT_) {
+    const int i = e / BV, j = e % BV;
+    Sc[i * LB + j] = a.dht ? a.dht[(bh * D + i) * D + v0 + j] : 0.0f;
+  }
+  // [D x BV] in 16x8 tiles: a row of tiles a warp where the row blocks give every warp one
+  constexpr int NTN = BV / 8, NG2 = D / 16 >= NW ? NTN : 1, NGRP = (D / 16) * (NTN / NG2);
+  for (int64_t g = NG - 1; g >= 1; --g) {
+    if (tid == 0) blk.wait_progress(scan_map_done(ws, dm, bh, g), SA::NVM);
+    blk.sync();                                     // also: Sc complete, Ms free
+    for (int e = 4 * tid; e < D * D; e += 4 * NT_)  // 16 bytes a copy (a state row's 4 floats are adjacent)
+      blk.copy16_async(Ms + (e / D) * LD + e % D, scan_state_at(a, bh, g - 1, 2 * D * D + e));
+    blk.wait_copies();
+    blk.sync();
+    for (int gi = warp; gi < NGRP; gi += NW) {
+      const int m0 = (gi / (NTN / NG2)) * 16, n0 = (gi % (NTN / NG2)) * 8 * NG2;
+      float acc[NG2 * 4];
+      for_group_frags<NG2>(lane, m0, n0, [&](int u, int e, int r, int c) {
+        acc[4 * u + e] = blk.load_cg(scan_state_at(a, bh, g - 1, D * D + r * D + v0 + c));  // local'_g
+      });
+      mma_acc_block<kSplit, 1, NG2>(
+          blk, acc, D, [&](int, int r, int k) { return Ms[(m0 + r) * LD + k]; },
+          [&](int u, int k, int c) { return Sc[k * LB + n0 + 8 * u + c]; });
+      for_group_frags<NG2>(lane, m0, n0, [&](int u, int e, int r, int c) {
+        *scan_state_at(a, bh, g - 1, r * D + v0 + c) = acc[4 * u + e];
+        Sn[r * LB + c] = acc[4 * u + e];
+      });
+    }
+    blk.sync();
+    if (tid == 0) blk.publish(scan_state_flag(ws, dm, bh, g - 1));
+    float* t = Sc;
+    Sc = Sn;
+    Sn = t;
   }
 }
 

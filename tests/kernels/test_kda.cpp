@@ -82,6 +82,7 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.scan_split = c.split;
   a.scan_group = c.group;
   a.fwd_group = c.fwd_group;
+  a.scan_first = c.first;
   a.lean_scan = c.lean;
   a.q = q.data();
   a.k = k.data();
@@ -152,6 +153,27 @@ void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& 
   for (const BitDiff& b : output_bit_diffs(got, one)) {
     INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from " << base);
     CHECK(b.differ == 0);
+  }
+}
+
+// Two-level scan cases on the twins (backward group, forward group; 0: one level), each gated
+// against the naive recurrence with the backward scan's first level `first`.
+struct TwoLevelCase {
+  Dims d;
+  bool h0, dht, lb;
+  DType dt;
+  int group, fwd_group;
+};
+void check_two_level_cases(const std::vector<TwoLevelCase>& cases, uint64_t seed, ScanFirst first) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const TwoLevelCase& s = cases[i];
+    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, false);
+    if (skip_uncompiled(c)) continue;
+    const Data x = make_data(c, seed + i);
+    c.group = s.group;
+    c.fwd_group = s.fwd_group;
+    c.first = first;
+    check_twin_against_naive(c, x, seed + i);
   }
 }
 
@@ -440,35 +462,51 @@ TEST_CASE("KDA fused CPU twins: the two-level scan's arguments are checked", "[k
   CHECK_THROWS_WITH(run_fused_twin(c2, make_data(c2, test_seed() + 7)), Catch::Contains("scan_group * chunk >= D / 2"));
 }
 
+TEST_CASE("KDA fused CPU twins: the affine first level of the two-level backward scan matches the naive recurrence",
+          "[kda][twin][affine]") {
+  // S' crosses a group as M'_g S' + local'_g (kernels/kda/state_adjoint.h), not step by step, so
+  // the backward is not bit-identical to the one-level scan: every gradient is gated against the
+  // naive recurrence as the one-level twin is.
+  const std::vector<TwoLevelCase> cases = {
+      {{1, 200, 1, 64, 16}, true, true, false, DType::f32, 3, 0},      // 13 chunks, 5 groups, the last of one
+      {{1, 300, 1, 64, 32}, false, true, true, DType::bf16, 3, 0},     // partial last chunk, lower-bound gate
+      {{2, 260, 2, 128, 32}, true, true, false, DType::bf16, 6, 0},    // D = 128, B*H 4, two groups
+      {{1, 500, 1, 128, 64}, false, true, false, DType::f32, 2, 0},    // D = 128, C = 64
+      {{1, 420, 1, 128, 16}, false, true, false, DType::bf16, 12, 0},  // D = 128, C = 16
+      {{1, 400, 1, 64, 32}, true, true, false, DType::bf16, 4, 2},     // with the two-level forward scan
+  };
+  check_two_level_cases(cases, test_seed() + 10, ScanFirst::affine);
+}
+
+TEST_CASE("KDA fused CPU twins: the affine first level's arguments are checked", "[kda][twin][affine]") {
+  // bf16 D64: three states need 3 * 64 * 2 bytes a row of four rows a chunk row: group * 32 >= 96
+  Case c = make_case({1, 300, 1, 64, 32}, false, false, false, DType::bf16, false);
+  const Data x = make_data(c, test_seed() + 11);
+  c.group = 2;
+  c.first = ScanFirst::affine;
+  CHECK_THROWS_WITH(run_fused_twin(c, x), Catch::Contains("affine first level (three states a group) needs "
+                                                          "scan_group * chunk >= 3 D / 2"));
+  c.first = ScanFirst::serial;  // one state fits
+  CHECK_NOTHROW(run_fused_twin(c, x));
+  c.first = static_cast<ScanFirst>(3);
+  CHECK_THROWS_WITH(run_fused_twin(c, x),
+                    Catch::Contains("scan_first must be pick (0), serial (1) or affine (2), got 3"));
+}
+
 TEST_CASE("KDA fused CPU twins: the two-level forward scan matches the naive recurrence", "[kda][twin][fwdgroup]") {
   // The state crosses a group as M_g S + local_g (kernels/kda/scan.h), not step by step, so the
   // forward is not bit-identical to the one-level scan: every output and gradient (the backward
   // runs on its h) is gated against the naive recurrence as the one-level twin is.
-  const uint64_t seed = test_seed() + 8;
-  struct Sc {
-    Dims d;
-    bool h0, dht, lb;
-    DType dt;
-    int fwd_group, group;
+  const std::vector<TwoLevelCase> cases = {
+      {{1, 100, 1, 64, 16}, true, true, false, DType::f32, 0, 2},    // 7 chunks, 4 groups, the last of one
+      {{1, 100, 1, 64, 32}, false, true, true, DType::bf16, 0, 2},   // partial last chunk, lower-bound gate
+      {{2, 200, 2, 64, 16}, true, false, false, DType::bf16, 0, 3},  // 13 chunks, groups of 3, B*H 4
+      {{1, 70, 1, 128, 32}, true, true, false, DType::bf16, 0, 2},   // D = 128: 32-column tiles
+      {{1, 140, 1, 128, 16}, false, true, false, DType::f32, 0, 4},  // D = 128, C = 16: 8 V tiles
+      {{1, 250, 1, 128, 64}, true, false, false, DType::f32, 0, 2},  // D = 128, C = 64, short last group
+      {{1, 160, 1, 64, 16}, true, true, false, DType::bf16, 2, 3},   // with the two-level backward scan
   };
-  const std::vector<Sc> cases = {
-      {{1, 100, 1, 64, 16}, true, true, false, DType::f32, 2, 0},    // 7 chunks, 4 groups, the last of one
-      {{1, 100, 1, 64, 32}, false, true, true, DType::bf16, 2, 0},   // partial last chunk, lower-bound gate
-      {{2, 200, 2, 64, 16}, true, false, false, DType::bf16, 3, 0},  // 13 chunks, groups of 3, B*H 4
-      {{1, 70, 1, 128, 32}, true, true, false, DType::bf16, 2, 0},   // D = 128: 32-column tiles
-      {{1, 140, 1, 128, 16}, false, true, false, DType::f32, 4, 0},  // D = 128, C = 16: 8 V tiles
-      {{1, 250, 1, 128, 64}, true, false, false, DType::f32, 2, 0},  // D = 128, C = 64, short last group
-      {{1, 160, 1, 64, 16}, true, true, false, DType::bf16, 3, 2},   // with the two-level backward scan
-  };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Sc& s = cases[i];
-    Case c = make_case(s.d, s.h0, s.dht, s.lb, s.dt, false);
-    if (skip_uncompiled(c)) continue;
-    const Data x = make_data(c, seed + i);
-    c.fwd_group = s.fwd_group;
-    c.group = s.group;
-    check_twin_against_naive(c, x, seed + i);
-  }
+  check_two_level_cases(cases, test_seed() + 8, ScanFirst::pick);
 }
 
 TEST_CASE("KDA fused CPU twins: the two-level forward scan's arguments are checked", "[kda][twin][fwdgroup]") {

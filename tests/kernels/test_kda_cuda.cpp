@@ -71,6 +71,7 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.scan_split = c.split;
   a.scan_group = c.group;
   a.fwd_group = c.fwd_group;
+  a.scan_first = c.first;
   a.lean_scan = c.lean;
   a.q = dev.up(q.data(), q.bytes());
   a.k = dev.up(k.data(), k.bytes());
@@ -141,6 +142,7 @@ const Result& cached_naive(const Case& c, const Data& x, bool f64) {
   key.split = 0;
   key.group = 0;
   key.fwd_group = 0;
+  key.first = ScanFirst::pick;
   key.lean = LeanScan::pick;
   auto& m = cache[f64 ? 1 : 0];
   auto it = m.find(key.name());
@@ -160,12 +162,21 @@ uint64_t data_seed(const Case& c, uint64_t base) {
   key.split = 0;
   key.group = 0;
   key.fwd_group = 0;
+  key.first = ScanFirst::pick;
   key.lean = LeanScan::pick;
   return base + std::hash<std::string>{}(key.name()) % 1000;
 }
 
 const Result& reference(const Case& c, const Data& x) { return cached_naive(c, x, true); }
 const Result& reference_f32(const Case& c, const Data& x) { return cached_naive(c, x, false); }
+
+// A shape with the group sizes a two-level scan test runs it at (0: NT, the one-level scan).
+struct GroupCase {
+  Dims d;
+  bool h0, dht;
+  DType dt;
+  std::vector<int> groups;
+};
 
 // A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
 // the single-block lean scan on the same data (they form every product alike).
@@ -254,7 +265,8 @@ TEST_CASE(
     const uint64_t s = data_seed(c, seed);
     const Data x = make_data(c, s);
     c.split = 1;
-    c.lean = LeanScan::lean;  // a split scan is lean: the single-block scan in the same form
+    c.lean = LeanScan::lean;                  // a split scan is lean: the single-block scan in the same form
+    c.group = static_cast<int>(c.dims.NT());  // one level (the pick may take the affine first level here)
     const Result one = run_fused_cuda(c, x);
     for (int nv : {2, 4}) {
       c.split = nv;
@@ -268,25 +280,20 @@ TEST_CASE(
     "naive recurrence",
     "[kda][cuda][group]") {
   const uint64_t seed = test_seed();
-  struct Sc {
-    Dims d;
-    bool h0, dht;
-    DType dt;
-    std::vector<int> groups;
-  };
-  const std::vector<Sc> cases = {
+  const std::vector<GroupCase> cases = {
       {{2, 300, 3, 64, 32}, true, true, DType::f32, {1, 3}},   // 10 chunks: groups of 1, 3 (the last of 1)
       {{2, 300, 3, 64, 16}, true, true, DType::bf16, {2, 5}},  // 19 chunks
       {{1, 700, 2, 64, 64}, false, true, DType::bf16, {2}},    // 11 chunks, 512-thread blocks
       {{1, 250, 2, 128, 64}, true, true, DType::f32, {2}},    {{1, 250, 2, 128, 32}, false, true, DType::bf16, {3}},
   };
-  for (const Sc& sc : cases) {
+  for (const GroupCase& sc : cases) {
     Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
     if (skip_uncompiled(c)) continue;
     const uint64_t s = data_seed(c, seed);
     const Data x = make_data(c, s);
     c.split = 1;
-    c.lean = LeanScan::lean;  // the two-level scan is lean: the single-block scan in the same form
+    c.lean = LeanScan::lean;      // the two-level scan is lean: the single-block scan in the same form
+    c.first = ScanFirst::serial;  // bit-identical to it (the affine first level is not)
     c.group = static_cast<int>(c.dims.NT());
     const Result one = run_fused_cuda(c, x);
     for (int group : sc.groups) {
@@ -300,13 +307,7 @@ TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan bot
           "[kda][cuda][fwdgroup]") {
   // Many groups a sequence and few sequences: the chain's waits and the tickets under load.
   const uint64_t seed = test_seed();
-  struct Sc {
-    Dims d;
-    bool h0, dht;
-    DType dt;
-    std::vector<int> groups;  // 0: NT, the one-level scan
-  };
-  const std::vector<Sc> cases = {
+  const std::vector<GroupCase> cases = {
       {{2, 300, 3, 64, 32}, true, true, DType::f32, {0, 2, 3}},       // 10 chunks: groups of 2, 3 (the last of 1)
       {{2, 300, 3, 64, 16}, true, true, DType::bf16, {0, 2, 5}},      // 19 chunks
       {{1, 4096, 2, 64, 32}, true, true, DType::bf16, {0, 4, 16}},    // 128 chunks: 32 and 8 groups
@@ -314,7 +315,7 @@ TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan bot
       {{1, 4096, 2, 128, 32}, false, true, DType::bf16, {0, 8, 32}},  // 128 chunks, 32-column tiles
       {{2, 200, 2, 128, 16}, true, false, DType::bf16, {0, 3}},       // 8 V tiles
   };
-  for (const Sc& sc : cases) {
+  for (const GroupCase& sc : cases) {
     Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
     if (skip_uncompiled(c)) continue;
     const uint64_t s = data_seed(c, seed);
@@ -331,6 +332,40 @@ TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan bot
       INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
       CHECK(gt.pass);
     }
+  }
+}
+
+TEST_CASE("KDA fused CUDA: the affine first level of the two-level backward scan matches the naive recurrence",
+          "[kda][cuda][affine]") {
+  // Group maps at once, then a chain across up to 32 groups a sequence: the chain's waits, the
+  // map counters and the tickets under load; the serial first level on the same data beside it.
+  const uint64_t seed = test_seed();
+  const std::vector<GroupCase> cases = {
+      {{2, 300, 3, 64, 32}, true, true, DType::f32, {2, 3}},       // 10 chunks, the last group short
+      {{1, 4096, 2, 64, 32}, true, true, DType::bf16, {4, 16}},    // 128 chunks: 32 and 8 groups
+      {{1, 4096, 2, 128, 32}, false, true, DType::bf16, {8, 32}},  // 16 and 4 groups
+      {{1, 250, 2, 128, 64}, true, true, DType::f32, {2}},         // 4 chunks
+      {{2, 400, 2, 128, 16}, true, false, DType::bf16, {12}},      // 25 chunks, D128 at C16
+  };
+  for (const GroupCase& sc : cases) {
+    Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
+    if (skip_uncompiled(c)) continue;
+    const uint64_t s = data_seed(c, seed);
+    const Data x = make_data(c, s);
+    const Result& ref = reference(c, x);
+    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
+    for (int group : sc.groups)
+      for (ScanFirst first : {ScanFirst::serial, ScanFirst::affine}) {
+        c.group = group;
+        c.first = first;
+        const Result got = run_fused_cuda(c, x);
+        const ErrReport e = compare(got, ref, false, true, true);
+        const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+        std::printf("[kda] cuda backward first level vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n",
+                    c.name().c_str(), e.worst(), gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+        INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
+        CHECK(gt.pass);
+      }
   }
 }
 

@@ -31,21 +31,25 @@ struct Case {
   bool dht = false;
   Gate gate;
   DType dtype = DType::f32;
-  bool simt = false;               // fused path: the fp32 CUDA-core variant of the scan kernels
-  int split = 0;                   // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
-  int group = 0;                   // fused path: FusedArgs::scan_group (two-level scan; 0 = default)
-  int fwd_group = 0;               // fused path: FusedArgs::fwd_group (two-level forward scan; 0 = default)
-  LeanScan lean = LeanScan::pick;  // fused path: FusedArgs::lean_scan
+  bool simt = false;                  // fused path: the fp32 CUDA-core variant of the scan kernels
+  int split = 0;                      // fused path: FusedArgs::scan_split (inter adjoint V tiles; 0 = default)
+  int group = 0;                      // fused path: FusedArgs::scan_group (two-level scan; 0 = default)
+  int fwd_group = 0;                  // fused path: FusedArgs::fwd_group (two-level forward scan; 0 = default)
+  ScanFirst first = ScanFirst::pick;  // fused path: FusedArgs::scan_first (the two-level scan's first level)
+  LeanScan lean = LeanScan::pick;     // fused path: FusedArgs::lean_scan
   // Packed documents: [B, T] token flags, 1 where a segment starts (NaiveInputs::seg_start,
   // KdaInputs::seg_start); empty: none.
   std::vector<uint8_t> seg_start;
   std::string name() const {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s%s%s%s%s", (long long)dims.B,
+    std::snprintf(buf, sizeof(buf), "B%lld T%lld H%lld D%d C%d %s%s%s%s%s%s%s%s%s%s", (long long)dims.B,
                   (long long)dims.T, (long long)dims.H, dims.D, dims.C, dtype_name(dtype), h0 ? " h0" : "",
                   dht ? " dht" : "", gate.use_lower_bound ? " lb" : "", simt ? " simt" : "",
                   split > 0 ? (" nv" + std::to_string(split)).c_str() : "",
                   group > 0 ? (" g" + std::to_string(group)).c_str() : "",
+                  first == ScanFirst::affine   ? " affine"
+                  : first == ScanFirst::serial ? " serial"
+                                               : "",
                   fwd_group > 0 ? (" fg" + std::to_string(fwd_group)).c_str() : "",
                   lean == LeanScan::full   ? " full"
                   : lean == LeanScan::lean ? " lean"

@@ -23,6 +23,7 @@ void fused_backward_cpu(const FusedArgs& args, const BackwardWorkspace& ws, Back
   FusedArgs a = args;
   if (a.scan_group == 0) a.scan_group = static_cast<int>(a.dims.NT());
   if (two_level_scan(a)) a.scan_split = 1;
+  if (a.scan_first == ScanFirst::pick) a.scan_first = ScanFirst::serial;
   if (a.scan_split > 1 || two_level_scan(a)) a.lean_scan = LeanScan::lean;
   else if (a.lean_scan == LeanScan::pick) a.lean_scan = LeanScan::full;
   dispatch_instance(static_cast<int>(a.dims.D), static_cast<int>(a.dims.C), a.dtype, a.tensor_cores,

@@ -31,21 +31,14 @@ void backward_impl(const FusedArgs& a, const BackwardWorkspace& ws, BackwardLaun
       blocks::inter_adjoint_split_program<G, T, kTC, NV>(a, ws, blk, g, rank, sm);
     });
   };
-  // the two-level scan: one grid as on CUDA, tickets in block order (the first level, then the
-  // groups, top first)
+  // the two-level scan: one grid as on CUDA, tickets in block order (kernels/kda/inter_adjoint.h,
+  // backward_scan_item)
   if constexpr (kTC) {
     if (two_level_scan(a)) {
       using SA = blocks::StateAdjCfg<G>;
-      const int64_t NG = blocks::scan_groups(a);
-      emulate_grid((SA::NV + NG) * BH, G::NTHR_A, std::max(G::kAdjFloats, SA::kFloats),
-                   [&](EmuBlock& blk, int64_t g, float* sm) {
-                     if (g < SA::NV * BH) {
-                       blocks::state_adjoint_program<G, T>(a, ws, blk, g / SA::NV, static_cast<int>(g % SA::NV), sm);
-                     } else {
-                       const int64_t j = g - SA::NV * BH;
-                       blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, j % BH, sm, NG - 1 - j / BH);
-                     }
-                   });
+      emulate_grid(bwd_two_level_blocks(a), G::NTHR_A,
+                   std::max({G::kAdjFloats, SA::kFloats, SA::kMapFloats, SA::kChainFloats}),
+                   [&](EmuBlock& blk, int64_t j, float* sm) { blocks::backward_scan_item<G, T>(a, ws, blk, j, sm); });
       intra_adjoint<G::D, G::C, T, kTC>(a, ws);
       return;
     }

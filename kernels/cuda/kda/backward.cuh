@@ -55,29 +55,19 @@ __global__ void KDA_CLUSTER_DIMS(NV) __launch_bounds__(blocks::SplitCfg<G, NV>::
                                                      reinterpret_cast<float*>(smem4));
 }
 
-// The two-level scan in one grid (FusedArgs::scan_group): work items [0, NV B*H) are the first
-// level (bh = g / NV, V tile g % NV); then the second level's NG B*H one-block lean scans, top
-// group first (it starts from dht, not from a first-level state). A second-level block waits for
-// its boundary's flag, so a block's item is its ticket (scan_ticket), not its index: every
-// first-level item is taken by a running block before any second-level item is.
+// The two-level scan in one grid (FusedArgs::scan_group): a block's item is its ticket
+// (scan_ticket), not its index, so every item a block waits on (a boundary flag, a group map)
+// was taken by a running block whatever order the hardware starts blocks in
+// (kernels/kda/inter_adjoint.h, backward_scan_item).
 template <class G, class T, bool kTC>
 __global__ void __launch_bounds__(G::NTHR_A) kda_inter_adjoint_two_level_kernel(FusedArgs a, BackwardWorkspace ws) {
   extern __shared__ float4 smem4[];
   __shared__ uint32_t ticket;
   CudaBlk blk;
   if constexpr (kTC) {  // the two-level scan is tensor-core only (check_fused_args)
-    constexpr int NV = blocks::StateAdjCfg<G>::NV;
     if (threadIdx.x == 0) ticket = atomicAdd(blocks::scan_ticket(ws, a.dims), 1u);
     __syncthreads();
-    const int64_t BH = a.dims.B * a.dims.H, NG = blocks::scan_groups(a), g = ticket;
-    float* sm = reinterpret_cast<float*>(smem4);
-    if (g < NV * BH) {
-      blk.allow_dependents();
-      blocks::state_adjoint_program<G, T>(a, ws, blk, g / NV, static_cast<int>(g % NV), sm);
-    } else {
-      const int64_t j = g - NV * BH;
-      blocks::inter_adjoint_program<G, T, kTC, true>(a, ws, blk, j % BH, sm, NG - 1 - j / BH);
-    }
+    blocks::backward_scan_item<G, T>(a, ws, blk, ticket, reinterpret_cast<float*>(smem4));
   }
 }
 
@@ -114,7 +104,8 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   const size_t smem_aq_max = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
   auto* kda_bwd_inter_adjoint_two_level = &kda_inter_adjoint_two_level_kernel<G, T, kTC>;
-  const size_t smem_two = std::max(G::kAdjFloats, blocks::StateAdjCfg<G>::kFloats) * sizeof(float);
+  using SA = blocks::StateAdjCfg<G>;
+  const size_t smem_two = std::max({G::kAdjFloats, SA::kFloats, SA::kMapFloats, SA::kChainFloats}) * sizeof(float);
   static const bool once = [&] {
     allow_smem(kda_bwd_aqk_dO, smem_aq_max);
     allow_smem(kda_bwd_inter_adjoint_full, smem_adj);
@@ -131,10 +122,8 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   {
     StageScope st("inter_adjoint");
     if (two_level) {
-      const int64_t groups = (NT + a.scan_group - 1) / a.scan_group;
-      const int64_t blocks_ = (blocks::StateAdjCfg<G>::NV + groups) * BH;
-      LT_LAUNCH(kda_bwd_inter_adjoint_two_level, dim3(static_cast<unsigned>(blocks_)), dim3(G::NTHR_A), smem_two, s, a,
-                ws);
+      LT_LAUNCH(kda_bwd_inter_adjoint_two_level, dim3(static_cast<unsigned>(bwd_two_level_blocks(a))), dim3(G::NTHR_A),
+                smem_two, s, a, ws);
     } else if (nv == 4) launch_inter_adjoint_split<G, T, kTC, 4>(a, ws, s);
     else if (nv == 2) launch_inter_adjoint_split<G, T, kTC, 2>(a, ws, s);
     else LT_LAUNCH(kda_bwd_inter_adjoint, dim3(static_cast<unsigned>(BH)), dim3(G::NTHR_A), smem_adj, s, a, ws);
