@@ -170,6 +170,21 @@ uint64_t data_seed(const Case& c, uint64_t base) {
 const Result& reference(const Case& c, const Data& x) { return cached_naive(c, x, true); }
 const Result& reference_f32(const Case& c, const Data& x) { return cached_naive(c, x, false); }
 
+// Case c on the GPU against the naive float64 reference `ref`, gated by fp32's own error e32
+// (bf16: 1e-2 at least), one line printed; `what` names the scan form in that line. Returns the
+// GPU's result.
+Result check_against_naive(const Case& c, const Data& x, uint64_t seed, const Result& ref, const ErrReport& e32,
+                           const char* what) {
+  Result got = run_fused_cuda(c, x);
+  const ErrReport e = compare(got, ref, false, true, true);
+  const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
+  std::printf("[kda] cuda %s vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", what, c.name().c_str(), e.worst(),
+              gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
+  INFO(c.name() << " seed " << seed << e.str() << gt.adapted << replay_hint());
+  CHECK(gt.pass);
+  return got;
+}
+
 // A shape with the group sizes a two-level scan test runs it at (0: NT, the one-level scan).
 struct GroupCase {
   Dims d;
@@ -178,19 +193,28 @@ struct GroupCase {
   std::vector<int> groups;
 };
 
+// fn(c, x, seed, ref, e32, group) for every compiled case and each of its groups, on data drawn
+// once a shape, with the naive references it is gated against (check_against_naive).
+template <class Fn>
+void for_each_group(const std::vector<GroupCase>& cases, uint64_t seed, Fn fn) {
+  for (const GroupCase& sc : cases) {
+    Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
+    if (skip_uncompiled(c)) continue;
+    const uint64_t s = data_seed(c, seed);
+    const Data x = make_data(c, s);
+    const Result& ref = reference(c, x);
+    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
+    for (int group : sc.groups) fn(c, x, s, ref, e32, group);
+  }
+}
+
 // A scan form (split, two-level) against the naive recurrence and, bit for bit, against `one`:
 // the single-block lean scan on the same data (they form every product alike).
 void check_scan_form(const Case& c, const Data& x, uint64_t seed, const Result& one, const char* form,
                      const char* base) {
   const Result& ref = reference(c, x);
   const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
-  const Result got = run_fused_cuda(c, x);
-  const ErrReport e = compare(got, ref, false, true, true);
-  const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-  std::printf("[kda] cuda %s vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", form, c.name().c_str(), e.worst(),
-              gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-  INFO(c.name() << " seed " << seed << e.str() << gt.adapted << replay_hint());
-  CHECK(gt.pass);
+  const Result got = check_against_naive(c, x, seed, ref, e32, form);
   for (const BitDiff& b : output_bit_diffs(got, one)) {
     INFO(b.name << ": " << b.differ << " of " << b.total << " elements differ from " << base);
     CHECK(b.differ == 0);
@@ -315,24 +339,10 @@ TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan bot
       {{1, 4096, 2, 128, 32}, false, true, DType::bf16, {0, 8, 32}},  // 128 chunks, 32-column tiles
       {{2, 200, 2, 128, 16}, true, false, DType::bf16, {0, 3}},       // 8 V tiles
   };
-  for (const GroupCase& sc : cases) {
-    Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
-    if (skip_uncompiled(c)) continue;
-    const uint64_t s = data_seed(c, seed);
-    const Data x = make_data(c, s);
-    const Result& ref = reference(c, x);
-    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
-    for (int group : sc.groups) {
-      c.fwd_group = group > 0 ? group : static_cast<int>(c.dims.NT());
-      const Result got = run_fused_cuda(c, x);
-      const ErrReport e = compare(got, ref, false, true, true);
-      const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-      std::printf("[kda] cuda forward groups vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n", c.name().c_str(),
-                  e.worst(), gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-      INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
-      CHECK(gt.pass);
-    }
-  }
+  for_each_group(cases, seed, [](Case& c, const Data& x, uint64_t s, const Result& ref, const ErrReport& e32, int g) {
+    c.fwd_group = g > 0 ? g : static_cast<int>(c.dims.NT());
+    check_against_naive(c, x, s, ref, e32, "forward groups");
+  });
 }
 
 TEST_CASE("KDA fused CUDA: the affine first level of the two-level backward scan matches the naive recurrence",
@@ -347,26 +357,13 @@ TEST_CASE("KDA fused CUDA: the affine first level of the two-level backward scan
       {{1, 250, 2, 128, 64}, true, true, DType::f32, {2}},         // 4 chunks
       {{2, 400, 2, 128, 16}, true, false, DType::bf16, {12}},      // 25 chunks, D128 at C16
   };
-  for (const GroupCase& sc : cases) {
-    Case c = make_case(sc.d, sc.h0, sc.dht, false, sc.dt, false);
-    if (skip_uncompiled(c)) continue;
-    const uint64_t s = data_seed(c, seed);
-    const Data x = make_data(c, s);
-    const Result& ref = reference(c, x);
-    const ErrReport e32 = compare(reference_f32(c, x), ref, false, true, true);
-    for (int group : sc.groups)
-      for (ScanFirst first : {ScanFirst::serial, ScanFirst::affine}) {
-        c.group = group;
-        c.first = first;
-        const Result got = run_fused_cuda(c, x);
-        const ErrReport e = compare(got, ref, false, true, true);
-        const Gated gt = gate_errors(e, e32, c.dtype == DType::bf16 ? 1e-2 : 1e-5);
-        std::printf("[kda] cuda backward first level vs naive %-40s worst %.2e, %.3f of allowed:%s%s\n",
-                    c.name().c_str(), e.worst(), gt.worst_ratio, e.str().c_str(), gt.adapted.c_str());
-        INFO(c.name() << " seed " << s << e.str() << gt.adapted << replay_hint());
-        CHECK(gt.pass);
-      }
-  }
+  for_each_group(cases, seed, [](Case& c, const Data& x, uint64_t s, const Result& ref, const ErrReport& e32, int g) {
+    for (ScanFirst first : {ScanFirst::serial, ScanFirst::affine}) {
+      c.group = g;
+      c.first = first;
+      check_against_naive(c, x, s, ref, e32, "backward first level");
+    }
+  });
 }
 
 TEST_CASE("KDA fused CUDA: the full and the lean backward scan both match the naive recurrence", "[kda][cuda][lean]") {
