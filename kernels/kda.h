@@ -235,11 +235,11 @@ struct BackwardWorkspace {
   // intra adjoint. It also writes the pre-norm dq^ / dk^ of a chunk (fp32) over that chunk's
   // rows of Delta / Xk once it has read them (staging for the L2-norm backward).
   float* partials = nullptr;     // [B*NT, H, D+1] fp32  ddt_bias / dA_log partial sums
-  uint32_t* counters = nullptr;  // [H + 3 B*H*NT + 1] blocks done per head; the scan's progress per
+  uint32_t* counters = nullptr;  // [H + 2 B*H*NT + 1] blocks done per head; the scan's progress per
                                  // (sequence, group); the first level's boundary flags per
-                                 // (sequence, group); the affine first level's group maps
-                                 // done; the two-level scan's block ticket (zeroed by the aqk_dO
-                                 // launch)
+                                 // (sequence, group), the affine first level's map blocks
+                                 // counted on them too; the two-level scan's block ticket
+                                 // (zeroed by the aqk_dO launch)
 };
 struct WorkspaceBytes {
   size_t tile = 0;      // each dtype [B, H, Tp, D] tile: W, sQ, Qp, Ob; AqkT_dO

@@ -34,8 +34,8 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
   float* Us = dOs + G::SLICE;  // [C][LS] U slice
   float* Ws = Us + G::SLICE;   // [C][LDA] W
   float* Hs = Ws + C * LDA;    // [D][LH] h[n][k][v0 + j] at k LH + j
-  if (bh == 0 && n == 0)  // counters per head [H]; scan progress, first-level flags, map counts [3 B*H*NT]; ticket [1]
-    for (int64_t i = blk.tid(); i < dm.H + 3 * dm.B * dm.H * dm.NT() + 1; i += NTHR) ws.counters[i] = 0u;
+  if (bh == 0 && n == 0)       // counters per head [H]; scan progress, first-level flags [2 B*H*NT]; ticket [1]
+    for (int64_t i = blk.tid(); i < dm.H + 2 * dm.B * dm.H * dm.NT() + 1; i += NTHR) ws.counters[i] = 0u;
   const T* aqk = static_cast<const T*>(ws.Aqk) + cp.ws_row * C;
   KDA_UNROLL_N(8)
   for (int m = 0; m < C * C / NTHR; ++m) {

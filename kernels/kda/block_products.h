@@ -175,19 +175,19 @@ KDA_DEV void wait_scan_chunk(Blk& blk, const FusedArgs& a, const BackwardWorkspa
   blk.wait_progress(scan_progress(ws, a.dims, bh, g), static_cast<uint32_t>(scan_blocks(a) * (hi - n)));
 }
 // The two-level scan's first level: its flag for the boundary above group g of sequence bh (its
-// NV blocks add 1 each once their columns of that boundary's S' are written).
+// NV blocks add 1 each once their columns of that boundary's S' are written). The affine first
+// level counts on the same flag: group g + 1's NVM map blocks add 1 each once their map is
+// stored, then the chain's NV blocks (each waiting for NVM first, so no chain block counts
+// before every map block has) add 1 each for S', so the boundary is ready at NVM + NV (the full
+// scan's wait in inter_adjoint_program).
 KDA_DEV uint32_t* scan_state_flag(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
   return ws.counters + dm.H + dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
-}
-// The affine first level (ScanFirst::affine): group g's map blocks done (D / 16 of them).
-KDA_DEV uint32_t* scan_map_done(const BackwardWorkspace& ws, const Dims& dm, int64_t bh, int64_t g) {
-  return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT() + bh * dm.NT() + g;
 }
 // The two-level grid's ticket: each block takes the next number at its start and does the work
 // of that number, so the first level's blocks are running before any block waits on them,
 // whatever order the hardware starts blocks in.
 KDA_DEV uint32_t* scan_ticket(const BackwardWorkspace& ws, const Dims& dm) {
-  return ws.counters + dm.H + 3 * dm.B * dm.H * dm.NT();
+  return ws.counters + dm.H + 2 * dm.B * dm.H * dm.NT();
 }
 // Element e < D*D (row-major [D][D]) of S' entering group g < NG - 1 of sequence bh from above
 // (slot 0; the affine first level keeps local'_{g+1} at e + D*D and M'_{g+1} at e + 2 D*D, slots

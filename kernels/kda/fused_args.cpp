@@ -18,7 +18,7 @@ WorkspaceBytes workspace_bytes(const Dims& dm, DType dtype) {
   w.aqk = static_cast<size_t>(dm.B * dm.H * dm.Tp() * dm.C) * dtype_size(dtype);
   w.gamma = static_cast<size_t>(dm.B * dm.H * dm.NT() * dm.D) * sizeof(float);
   w.partials = static_cast<size_t>(dm.B * dm.NT() * dm.H * (dm.D + 1)) * sizeof(float);
-  w.counters = static_cast<size_t>(dm.H + 3 * dm.B * dm.H * dm.NT() + 1) * sizeof(uint32_t);
+  w.counters = static_cast<size_t>(dm.H + 2 * dm.B * dm.H * dm.NT() + 1) * sizeof(uint32_t);
   return w;
 }
 

@@ -58,8 +58,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   blk.allow_dependents();  // the intra adjoint may launch: it waits on scan_progress
   int64_t lo, hi;
   scan_group_range(a, g, lo, hi);
-  if (hi < NT) {  // S' after chunk hi from the first level
-    if (tid == 0) blk.wait_progress(scan_state_flag(ws, dm, bh, g), StateAdjCfg<G>::NV);
+  if (hi < NT) {  // S' after chunk hi from the first level (the affine one's map blocks count first)
+    if (tid == 0)
+      blk.wait_progress(scan_state_flag(ws, dm, bh, g),
+                        StateAdjCfg<G>::NV + (a.scan_first == ScanFirst::affine ? StateAdjCfg<G>::NVM : 0));
     blk.sync();
     for (int e = tid; e < D * D; e += NT_) Sp[(e / D) * LD + e % D] = *scan_state_at(a, bh, g, e);
   } else {

@@ -187,14 +187,15 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       const int i = e / BW, j = e % BW;
       *scan_state_at(a, bh, g - 1, (j < BV ? 1 : 2) * D * D + i * D + v0 + j % BV) = Sp[i * LB + j];
     }
-    blk.sync();  // every thread's stash stores issued
-    if (tid == 0) blk.publish(scan_map_done(ws, dm, bh, g));
+    blk.sync();  // every thread's stash stores issued; then one of the NVM map counts on the flag
+    if (tid == 0) blk.publish(scan_state_flag(ws, dm, bh, g - 1));
   }
 }
 
 // The affine first level's chain for sequence bh, V tile vt (BV columns): for g = NG - 1 down
 // to 1, S' entering g - 1 = M'_g S' entering g + local'_g (from dht at the top), into slot 0 of
-// group g - 1 (the second level's start state), raising scan_state_flag(bh, g - 1) after each.
+// group g - 1 (the second level's start state), raising scan_state_flag(bh, g - 1) after each
+// (past the NVM counts of the map blocks it waited for).
 // One block carries the whole chain; it waits for each group's map blocks. Shared memory:
 // StateAdjCfg::kChainFloats.
 template <class G, class T, class Blk>
@@ -216,8 +217,9 @@ KDA_DEV void state_adjoint_chain_program(const FusedArgs& a, const BackwardWorks
   // [D x BV] in 16x8 tiles: a row of tiles a warp where the row blocks give every warp one
   constexpr int NTN = BV / 8, NG2 = D / 16 >= NW ? NTN : 1, NGRP = (D / 16) * (NTN / NG2);
   for (int64_t g = NG - 1; g >= 1; --g) {
-    if (tid == 0) blk.wait_progress(scan_map_done(ws, dm, bh, g), SA::NVM);
-    blk.sync();                                     // also: Sc complete, Ms free
+    // group g's map stored (its NVM blocks' counts); the barrier also: Sc complete, Ms free
+    if (tid == 0) blk.wait_progress(scan_state_flag(ws, dm, bh, g - 1), SA::NVM);
+    blk.sync();
     for (int e = 4 * tid; e < D * D; e += 4 * NT_)  // 16 bytes a copy (a state row's 4 floats are adjacent)
       blk.copy16_async(Ms + (e / D) * LD + e % D, scan_state_at(a, bh, g - 1, 2 * D * D + e));
     blk.wait_copies();

@@ -348,7 +348,8 @@ TEST_CASE("KDA fused CUDA: the two-level forward scan and the one-level scan bot
 TEST_CASE("KDA fused CUDA: the affine first level of the two-level backward scan matches the naive recurrence",
           "[kda][cuda][affine]") {
   // Group maps at once, then a chain across up to 32 groups a sequence: the chain's waits, the
-  // map counters and the tickets under load; the serial first level on the same data beside it.
+  // map blocks counted on the boundary flags before the chain's, and the tickets under load;
+  // the serial first level on the same data beside it.
   const uint64_t seed = test_seed();
   const std::vector<GroupCase> cases = {
       {{2, 300, 3, 64, 32}, true, true, DType::f32, {2, 3}},       // 10 chunks, the last group short
