@@ -16,7 +16,7 @@
 //   naive_*       the recurrence above on the CPU, Real = double (ground truth) or float;
 //                 backward by BPTT over stored states.
 //   fused_* (CPU) the CPU twins of the fused CUDA kernels: the *same* block programs
-//                 (kernels/kda_blocks.h, kernels/kda/) run by an emulated thread block (std::barrier),
+//                 (kernels/kda_blocks.h, kernels/kda/) run by an emulated thread block (fibers),
 //                 so the kernels' index arithmetic and barriers are tested without a GPU.
 //   fused_* (CUDA) kernels/cuda/kda.cu, kernels/cuda/kda/: forward = 2 launches (intra, inter), backward =
 //                 3 launches (aqk_dO, inter adjoint, intra adjoint).

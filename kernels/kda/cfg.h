@@ -3,8 +3,8 @@
 // they share, by job: cfg.h (this), scalar.h, tiles.h, block_products.h, reductions.h, chunk_ops.h.
 // One definition serves two executors:
 //   kernels/cuda/kda/     each program is the body of a __global__ kernel (Blk = CUDA block)
-//   kernels/cpu/kda.cpp   the CPU twin runs the same program on an emulated block: NTHR host
-//                         threads, sync() = std::barrier, warp_sum over 32 emulated lanes.
+//   kernels/cpu/kda.cpp   the CPU twin runs the same program on an emulated block: NTHR fibers
+//                         (kernels/cpu/kda/fibers.h), sync() = a fiber barrier, warp_sum over 32 lanes.
 // So the twins test the kernels' own index arithmetic, masking and barriers without a GPU.
 //
 // A program sees: FusedArgs and its pass's workspace (ForwardWorkspace / BackwardWorkspace),

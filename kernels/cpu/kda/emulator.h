@@ -1,43 +1,41 @@
 // The CPU executor of the KDA block programs (kernels/kda/cfg.h states the contract
-// a Blk fulfils): an emulated thread block of NTHR host threads, warps of 32 emulated lanes,
+// a Blk fulfils): an emulated thread block of NTHR fibers (fibers.h), warps of 32 emulated lanes,
 // tensor-core products computed from gathered fragments, and grids run block after block
 // (clusters: their blocks at once) with NaN-filled shared memory.
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "kernels/cpu/kda/fibers.h"
 #include "kernels/half.h"
 
 namespace lt::kda::emu {
 
-// An emulated CUDA thread block: NTHR host threads run the same block program;
-// sync() is a std::barrier over all of them, warp_sum() exchanges through a per-warp
+// An emulated CUDA thread block: NTHR fibers run the same block program;
+// sync() is a FiberBarrier over all of them, warp_sum() exchanges through a per-warp
 // buffer between two per-warp barriers (every lane sums the 32 values in lane order).
 struct WarpExchange {
   static constexpr int kSlot = 10;  // floats per lane: mma a[4], b[2], c[4]
   explicit WarpExchange(int nwarps) : vals(static_cast<size_t>(nwarps) * 32 * kSlot) {
-    for (int w = 0; w < nwarps; ++w) bars.push_back(std::make_unique<std::barrier<>>(32));
+    for (int w = 0; w < nwarps; ++w) bars.push_back(std::make_unique<FiberBarrier>(32));
   }
   std::vector<float> vals;
-  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  std::vector<std::unique_ptr<FiberBarrier>> bars;
 };
 
 class EmuBlock {
  public:
-  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx) : tid_(tid), bar_(bar), wx_(wx) {}
+  EmuBlock(int tid, FiberBarrier* bar, WarpExchange* wx) : tid_(tid), bar_(bar), wx_(wx) {}
   // A block of a cluster: cluster_bar spans all the cluster's threads; smem_bases[r] is the
   // shared memory of the cluster's block r (this block is `rank`).
-  EmuBlock(int tid, std::barrier<>* bar, WarpExchange* wx, std::barrier<>* cluster_bar, float* const* smem_bases,
-           int rank)
+  EmuBlock(int tid, FiberBarrier* bar, WarpExchange* wx, FiberBarrier* cluster_bar, float* const* smem_bases, int rank)
       : tid_(tid), bar_(bar), wx_(wx), cluster_bar_(cluster_bar), smem_bases_(smem_bases), rank_(rank) {}
   int tid() const { return tid_; }
   void sync() { bar_->arrive_and_wait(); }
@@ -114,9 +112,9 @@ class EmuBlock {
 
  private:
   int tid_;
-  std::barrier<>* bar_;
+  FiberBarrier* bar_;
   WarpExchange* wx_;
-  std::barrier<>* cluster_bar_ = nullptr;
+  FiberBarrier* cluster_bar_ = nullptr;
   float* const* smem_bases_ = nullptr;
   int rank_ = 0;
 };
@@ -127,53 +125,45 @@ class EmuBlock {
 template <class Body>
 void emulate_grid(int64_t grid, int nthr, int smem_floats, Body body) {
   std::vector<float> smem(static_cast<size_t>(smem_floats));
-  std::barrier<> bar(nthr);
+  FiberBarrier bar(nthr);
   WarpExchange wx(nthr / 32);
-  std::vector<std::thread> threads;
-  threads.reserve(nthr);
-  for (int t = 0; t < nthr; ++t)
-    threads.emplace_back([&, t] {
-      EmuBlock blk(t, &bar, &wx);
-      for (int64_t g = 0; g < grid; ++g) {
-        if (t == 0) std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
-        bar.arrive_and_wait();
-        body(blk, g, smem.data());
-        bar.arrive_and_wait();
-      }
-    });
-  for (auto& th : threads) th.join();
+  run_fibers(nthr, [&](int t) {
+    EmuBlock blk(t, &bar, &wx);
+    for (int64_t g = 0; g < grid; ++g) {
+      if (t == 0) std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
+      bar.arrive_and_wait();
+      body(blk, g, smem.data());
+      bar.arrive_and_wait();
+    }
+  });
 }
 
 // As emulate_grid for a grid of clusters of nv blocks (block g = cluster * nv + rank): the
-// blocks of one cluster run concurrently (nv * nthr host threads), each with its own shared
+// blocks of one cluster run together (nv * nthr fibers), each with its own shared
 // memory (NaN-filled before each cluster), block barrier and warps; clusters one after the
 // other. body(blk, cluster, rank, smem).
 template <class Body>
 void emulate_cluster_grid(int64_t clusters, int nv, int nthr, int smem_floats, Body body) {
   std::vector<std::vector<float>> smem(static_cast<size_t>(nv), std::vector<float>(static_cast<size_t>(smem_floats)));
   std::vector<float*> bases;
-  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  std::vector<std::unique_ptr<FiberBarrier>> bars;
   std::vector<std::unique_ptr<WarpExchange>> wxs;
   for (int r = 0; r < nv; ++r) {
     bases.push_back(smem[r].data());
-    bars.push_back(std::make_unique<std::barrier<>>(nthr));
+    bars.push_back(std::make_unique<FiberBarrier>(nthr));
     wxs.push_back(std::make_unique<WarpExchange>(nthr / 32));
   }
-  std::barrier<> cluster_bar(nv * nthr);
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(nv) * nthr);
-  for (int r = 0; r < nv; ++r)
-    for (int t = 0; t < nthr; ++t)
-      threads.emplace_back([&, r, t] {
-        EmuBlock blk(t, bars[r].get(), wxs[r].get(), &cluster_bar, bases.data(), r);
-        for (int64_t g = 0; g < clusters; ++g) {
-          if (t == 0) std::fill(smem[r].begin(), smem[r].end(), std::numeric_limits<float>::quiet_NaN());
-          cluster_bar.arrive_and_wait();
-          body(blk, g, r, bases[r]);
-          cluster_bar.arrive_and_wait();
-        }
-      });
-  for (auto& th : threads) th.join();
+  FiberBarrier cluster_bar(nv * nthr);
+  run_fibers(nv * nthr, [&](int i) {
+    const int r = i / nthr, t = i % nthr;
+    EmuBlock blk(t, bars[r].get(), wxs[r].get(), &cluster_bar, bases.data(), r);
+    for (int64_t g = 0; g < clusters; ++g) {
+      if (t == 0) std::fill(smem[r].begin(), smem[r].end(), std::numeric_limits<float>::quiet_NaN());
+      cluster_bar.arrive_and_wait();
+      body(blk, g, r, bases[r]);
+      cluster_bar.arrive_and_wait();
+    }
+  });
 }
 
 }  // namespace lt::kda::emu
