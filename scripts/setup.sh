@@ -52,12 +52,17 @@ else
   build=build
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
-cmake --build "$build" -j "$jobs"
+if [ $sanitize -eq 1 ]; then
+  # the tests and what they run (the trainer); kbench is not run under the sanitizers
+  cmake --build "$build" -j "$jobs" --target lintrain_tests
+else
+  cmake --build "$build" -j "$jobs"
+fi
 
 if [ $run_tests -eq 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  ctest --test-dir "$build" --output-on-failure
+  ctest --test-dir "$build" --output-on-failure -j "$jobs"
 fi
 if [ $bench -eq 1 ]; then
   bash scripts/bench.sh "$build"
