@@ -1,6 +1,6 @@
 // kbench kda: the KDA token mixer, forward + backward, through engine/mixers/kda.h.
 //
-//   kbench kda --B 8 --T 512 --H 12 --D 64 --dtype bf16 [--chunk 64] [--path fused|ops|naive]
+//   kbench kda --B 8 --T 512 --H 12 --D 64 --dtype bf16 [--chunk 32] [--path fused|ops|naive]
 //              [--iters 200] [--warmup 20] [--sets 4] [--lower-bound LB] [--json FILE]
 //
 // Prints forward, backward and total medians (CUDA events, >= --iters iterations after
@@ -27,6 +27,7 @@
 #include "engine/device.h"
 #include "engine/mixers/kda.h"
 #include "engine/ops.h"
+#include "kernels/kda.h"
 #include "kernels/launch.h"
 
 namespace lt::kbench {
@@ -41,9 +42,12 @@ struct InputSet {
   Tensor q, k, v, f, b, dO;
 };
 
-int run_kda_bench(const KdaBenchOptions& o) {
-  if (!(o.D == 64 || o.D == 128))
-    throw std::invalid_argument("kbench kda: --D must be 64 or 128, got " + std::to_string(o.D));
+int run_kda_bench(const KdaBenchOptions& opts) {
+  if (!(opts.D == 64 || opts.D == 128))
+    throw std::invalid_argument("kbench kda: --D must be 64 or 128, got " + std::to_string(opts.D));
+  KdaBenchOptions o = opts;
+  if (o.chunk == 0)  // no --chunk: the chunk the engine runs the shape at
+    o.chunk = kda::fused_chunk(o.B * o.H, o.T, o.D, parse_bench_dtype("kda", o.dtype));
   MixerBench b("kda", o);
   const DType dt = b.dtype;
   mixers::KdaConfig cfg;
@@ -118,7 +122,9 @@ int run_kda_bench(const KdaBenchOptions& o) {
 
 void setup_kda(CLI::App& sub, std::function<int()>& run) {
   auto o = std::make_shared<KdaBenchOptions>();
-  add_mixer_bench_options(sub, *o, "head dim (K = V = D; fused: 64 or 128)", "chunk length (fused: 16, 32, 64)",
+  o->chunk = 0;  // resolved by run_kda_bench
+  add_mixer_bench_options(sub, *o, "head dim (K = V = D; fused: 64 or 128)",
+                          "chunk length: 16, 32, 64 (default: the chunk the engine picks for the shape and dtype)",
                           "fused | ops | naive");
   sub.add_option("--lower-bound", o->lower_bound, "fla's lower_bound gate (< 0); 0 = default gate");
   sub.add_flag("--simt", o->simt, "fused: fp32 CUDA-core variant of the scan kernels");
