@@ -51,8 +51,7 @@ TEST_CASE("emulator fibers: warp barriers inside a block barrier, both schedulin
   CHECK(wrong == 0);
 }
 
-TEST_CASE("emulator fibers: a read without its barrier sees the write in some regions, not in others",
-          "[kda][emu]") {
+TEST_CASE("emulator fibers: a read without its barrier sees the write in some regions, not in others", "[kda][emu]") {
   // fiber 0 writes, fiber 1 reads in the same region between barriers: the order in which the
   // two run a region changes from region to region, so a program relying on order fails.
   FiberBarrier bar(2);

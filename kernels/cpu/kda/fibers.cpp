@@ -93,8 +93,8 @@ struct StackCache {
   void ensure(size_t n) {
     while (stacks.size() < n) {
       const size_t bytes = Stack::page() + kStackBytes;
-      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
-                     -1, 0);
+      void* p =
+          mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
       if (p == MAP_FAILED) throw std::bad_alloc();
       mprotect(p, Stack::page(), PROT_NONE);
       stacks.push_back(Stack{static_cast<char*>(p)});
@@ -103,17 +103,22 @@ struct StackCache {
 };
 thread_local StackCache tl_stacks;
 
-struct Fiber {
-  Stack stack;
-  bool done = false;
+// A suspended execution context: its stack pointer (or ucontext) and ASan's fake stack.
+struct Context {
 #ifdef LT_EMU_ASM_SWITCH
   void* sp = nullptr;
 #else
-  ucontext_t ctx{};
+  ucontext_t uc{};
 #endif
 #ifdef LT_EMU_ASAN
   void* fake_stack = nullptr;
 #endif
+};
+
+struct Fiber {
+  Stack stack;
+  bool done = false;
+  Context ctx;
 };
 
 struct Scheduler {
@@ -123,16 +128,9 @@ struct Scheduler {
   int live = 0;
   uint64_t arrivals = 0;  // barrier arrivals and fiber ends: a round without any is a deadlock
   std::exception_ptr error;
-#ifdef LT_EMU_ASM_SWITCH
-  void* main_sp = nullptr;
-#else
-  ucontext_t main_ctx{};
-#endif
-#ifdef LT_EMU_ASAN
-  void* main_fake_stack = nullptr;
+  Context main;  // the scheduler's (run_fibers' caller's stack)
   const void* main_bottom = nullptr;
-  size_t main_size = 0;
-#endif
+  size_t main_size = 0;  // that stack's bounds, for ASan (learnt at a fiber's first start)
 };
 thread_local Scheduler* tl_sched = nullptr;
 
@@ -148,47 +146,42 @@ void* new_fiber_stack(const Stack& s) {
   uint16_t fpucw = 0;
   asm volatile("stmxcsr %0" : "=m"(mxcsr));
   asm volatile("fnstcw %0" : "=m"(fpucw));
-  w[-1] = 0;                                         // fiber_main's return address: none
+  w[-1] = 0;                                        // fiber_main's return address: none
   w[-2] = reinterpret_cast<uint64_t>(&fiber_main);  // where the first switch returns to
-  for (int r = 3; r <= 8; ++r) w[-r] = 0;            // rbp, rbx, r12-r15
+  for (int r = 3; r <= 8; ++r) w[-r] = 0;           // rbp, rbx, r12-r15
   w[-9] = uint64_t{mxcsr} | (uint64_t{fpucw} << 32);
   return &w[-9];
 }
 #endif
 
-// Switch from the running fiber to the scheduler; `dying` when the fiber will not resume.
-void to_scheduler(Scheduler& s, bool dying) {
-  Fiber& f = s.fibers[static_cast<size_t>(s.current)];
+// Saves the running context in `from` and resumes `to`, whose stack is [to_bottom, + to_size);
+// returns when `from` is resumed. `from_dies`: it never will be (ASan drops its fake stack).
+void switch_context(Context& from, const Context& to, const void* to_bottom, size_t to_size, bool from_dies) {
 #ifdef LT_EMU_ASAN
-  __sanitizer_start_switch_fiber(dying ? nullptr : &f.fake_stack, s.main_bottom, s.main_size);
+  __sanitizer_start_switch_fiber(from_dies ? nullptr : &from.fake_stack, to_bottom, to_size);
 #else
-  (void)dying;
+  (void)to_bottom, (void)to_size, (void)from_dies;
 #endif
 #ifdef LT_EMU_ASM_SWITCH
-  lt_emu_switch(&f.sp, s.main_sp);
+  lt_emu_switch(&from.sp, to.sp);
 #else
-  swapcontext(&f.ctx, &s.main_ctx);
+  swapcontext(&from.uc, &to.uc);
 #endif
 #ifdef LT_EMU_ASAN
-  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr);
 #endif
 }
 
-// Switch from the scheduler to fiber i; returns when it yields or ends.
+// The running fiber yields to the scheduler (`dying`: it has ended).
+void to_scheduler(Scheduler& s, bool dying) {
+  switch_context(s.fibers[static_cast<size_t>(s.current)].ctx, s.main, s.main_bottom, s.main_size, dying);
+}
+
+// The scheduler runs fiber i until it yields or ends.
 void to_fiber(Scheduler& s, int i) {
   Fiber& f = s.fibers[static_cast<size_t>(i)];
   s.current = i;
-#ifdef LT_EMU_ASAN
-  __sanitizer_start_switch_fiber(&s.main_fake_stack, f.stack.bottom(), kStackBytes);
-#endif
-#ifdef LT_EMU_ASM_SWITCH
-  lt_emu_switch(&s.main_sp, f.sp);
-#else
-  swapcontext(&s.main_ctx, &f.ctx);
-#endif
-#ifdef LT_EMU_ASAN
-  __sanitizer_finish_switch_fiber(s.main_fake_stack, nullptr, nullptr);
-#endif
+  switch_context(s.main, f.ctx, f.stack.bottom(), kStackBytes, false);
 }
 
 void fiber_main() {
@@ -209,10 +202,6 @@ void fiber_main() {
   __builtin_unreachable();  // a finished fiber is never resumed
 }
 
-#ifndef LT_EMU_ASM_SWITCH
-void fiber_main_ucontext() { fiber_main(); }
-#endif
-
 }  // namespace
 
 void run_fibers(int n, const std::function<void(int)>& body) {
@@ -231,13 +220,13 @@ void run_fibers(int n, const std::function<void(int)>& body) {
     ASAN_UNPOISON_MEMORY_REGION(f.stack.bottom() + kStackBytes - kTopBytes, kTopBytes);
 #endif
 #ifdef LT_EMU_ASM_SWITCH
-    f.sp = new_fiber_stack(f.stack);
+    f.ctx.sp = new_fiber_stack(f.stack);
 #else
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.bottom();
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, &fiber_main_ucontext, 0);
+    getcontext(&f.ctx.uc);
+    f.ctx.uc.uc_stack.ss_sp = f.stack.bottom();
+    f.ctx.uc.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc.uc_link = nullptr;
+    makecontext(&f.ctx.uc, &fiber_main, 0);
 #endif
   }
   s.live = n;
@@ -251,9 +240,9 @@ void run_fibers(int n, const std::function<void(int)>& body) {
     }
     ascending = !ascending;
     if (s.live > 0 && !s.error && s.arrivals == before)
-      s.error = std::make_exception_ptr(std::logic_error(
-          "emulator: deadlock: " + std::to_string(s.live) + " of " + std::to_string(n) +
-          " emulated threads wait at barriers that cannot complete"));
+      s.error = std::make_exception_ptr(std::logic_error("emulator: deadlock: " + std::to_string(s.live) + " of " +
+                                                         std::to_string(n) +
+                                                         " emulated threads wait at barriers that cannot complete"));
   }
   tl_sched = nullptr;
   if (s.live > 0) {
