@@ -254,8 +254,10 @@ WorkspaceBytes workspace_bytes(const Dims& dims, DType dtype);
 bool two_level_scan(const FusedArgs& a);
 // The two-level scan's group for B*H sequences of NT chunks of C, head dim D, on `sms` SMs:
 // chunks per group, or NT (one level). bf16 while 8 B*H <= sms at D = 64, 16 B*H <= sms at
-// D = 128 (the one-block scan leaves most SMs idle), groups of NT / 16 chunks within [2, 8];
-// f32 (not measured) and more sequences: one level. Figures: docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan".
+// D = 128 (the one-block scan leaves most SMs idle), groups of NT / 16 chunks within [2, 8],
+// at D = 128 at least NT B*H / 64 up to 32; f32 (not measured) and more sequences: one level.
+// Figures: docs/notes-kda.md, "2026-12-06 (night): the two-level backward scan" and "2026-12-07
+// (evening): the D128 backward scan's groups".
 int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype);
 // The two-level scan's first level for B*H sequences of NT chunks, head dim D, on `sms` SMs:
 // affine at bf16 D = 64 while 32 B*H <= sms, or 16 B*H <= sms from NT = 256 (its group maps do

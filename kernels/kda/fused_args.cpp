@@ -45,6 +45,9 @@ int scan_group_pick(int64_t bh, int64_t nt, int C, int sms, int D, DType dtype) 
   if (dtype == DType::f32 || (D == 64 ? 8 : 16) * bh > sms) return static_cast<int>(nt);
   auto group = [&](int states) {
     int g = static_cast<int>(std::clamp<int64_t>(nt / 16, 2, 8));
+    // D128 (serial first level): at least NT B*H / 64 chunks, up to 32 (about 64 / B*H groups a
+    // sequence: its first level's steps balanced against the second level's)
+    if (D == 128) g = std::max(g, static_cast<int>(std::min<int64_t>(nt * bh / 64, 32)));
     while (!scan_states_fit(D, C, g, dtype, states)) g *= 2;
     return g;
   };

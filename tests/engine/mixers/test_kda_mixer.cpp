@@ -4,6 +4,7 @@
 // replays one).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -224,9 +225,9 @@ TEST_CASE("KDA two-level scan first level pick: affine at bf16 D64 with few sequ
 }
 
 TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 in [2, 8], args it accepts", "[kda]") {
-  // What holds for every entry: one level (NT) or a group of 2..8 chunks (more only where a
-  // boundary state needs the room) below NT; one boundary in B*H; the group the argument
-  // checks accept; f32 always one level (not measured).
+  // What holds for every entry: one level (NT) or a group of 2..8 chunks (D128: up to 32, at
+  // least NT B*H / 64; more only where a boundary state needs the room) below NT; one boundary
+  // in B*H; the group the argument checks accept; f32 always one level (not measured).
   for (int D : {64, 128})
     for (int C : {16, 32, 64})
       for (int sms : {8, 78, 132})
@@ -245,7 +246,8 @@ TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 i
               const int st = aff ? 3 : 1;
               CHECK(g >= 2);
               CHECK(st * 2 * D <= 4 * g * C);
-              CHECK((g <= 8 || st * 2 * D > 4 * (g / 2) * C));
+              CHECK((g <= (D == 128 ? 32 : 8) || st * 2 * D > 4 * (g / 2) * C));
+              if (D == 128) CHECK(g >= std::min<int64_t>(nt * bh / 64, 32));
             }
             CHECK((!one_level_seen || !two));  // two-level, then one level: one boundary
             one_level_seen = one_level_seen || !two;
@@ -257,7 +259,12 @@ TEST_CASE("KDA two-level scan pick: bf16 while 8 B*H <= SMs, groups of NT / 16 i
   CHECK(scan_group_pick(4, 32, 64, 132, 64, DType::bf16) == 2);
   CHECK(scan_group_pick(4, 128, 64, 132, 64, DType::bf16) == 8);
   CHECK(scan_group_pick(16, 256, 32, 132, 64, DType::bf16) == 8);
-  CHECK(scan_group_pick(8, 512, 32, 132, 128, DType::bf16) == 8);
+  // D128 (H100, "2026-12-07 (evening): the D128 backward scan's groups")
+  CHECK(scan_group_pick(4, 64, 32, 132, 128, DType::bf16) == 4);     // B1 T2048 H4: 8 is +2 %
+  CHECK(scan_group_pick(8, 64, 32, 132, 128, DType::bf16) == 8);     // B2 T2048 H4: -4 % against 4
+  CHECK(scan_group_pick(4, 256, 32, 132, 128, DType::bf16) == 16);   // B1 T8192 H4: -6 % against 8
+  CHECK(scan_group_pick(8, 1024, 32, 132, 128, DType::bf16) == 32);  // B1 T32768 H8: -3 % against 8
+  CHECK(scan_group_pick(8, 512, 32, 132, 128, DType::bf16) == 32);
   CHECK(scan_group_pick(16, 256, 32, 132, 128, DType::bf16) == 256);
   CHECK(scan_group_pick(17, 256, 32, 132, 64, DType::bf16) == 256);
   CHECK(scan_group_pick(96, 16, 32, 132, 64, DType::bf16) == 16);
