@@ -2,7 +2,6 @@
 // states the contract a Blk fulfils; the CPU twin's executor: kernels/cpu/kda/emulator.h).
 // Included by kernels/cuda/kda/forward.cuh and backward.cuh.
 #pragma once
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -55,7 +54,8 @@ struct CudaBlk {
 };
 
 // A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
-// peers' shared memory (DSMEM).
+// peers' shared memory (DSMEM), through the sm_90 intrinsics that cooperative_groups' cluster
+// group wraps (its header alone adds ~6 s to each unit's compile: docs/BUILD.md).
 // Clusters exist from sm_90 on: the compute_80 PTX of the build gets a kernel that traps,
 // never launched (scan_split picks 1 below compute capability 9.0).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -65,9 +65,12 @@ struct CudaBlk {
 #endif
 struct CudaClusterBlk : CudaBlk {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __device__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
+  __device__ void cluster_sync() {
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+  }
   __device__ float* peer(float* p, int rank) {
-    return cooperative_groups::this_cluster().map_shared_rank(p, static_cast<unsigned>(rank));
+    return static_cast<float*>(__cluster_map_shared_rank(p, static_cast<unsigned>(rank)));
   }
 #else
   __device__ void cluster_sync() { __trap(); }
