@@ -1,3 +1,4 @@
-// Catch2 (v2, Debian's catch2 package) main for the CPU test executable.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// main of the CPU test executable (Catch2's implementation: tests/catch_impl.cpp).
+#include "tests/support/catch_session.h"
+
+int main(int argc, char** argv) { return lt::test::run_catch_session(argc, argv); }

@@ -1,11 +1,12 @@
 // Catch2 main for the CUDA test executable. Without a usable device it prints why and
 // exits 77, which CTest reports as "Skipped" (SKIP_RETURN_CODE), so a CPU-only machine
-// shows the CUDA tests as skipped rather than passed.
-#define CATCH_CONFIG_RUNNER
+// shows the CUDA tests as skipped rather than passed. Catch2's implementation: tests/catch_impl.cpp.
 #include <cuda_runtime.h>
-#include <catch2/catch.hpp>
+
 #include <cstdio>
 #include <cstring>
+
+#include "tests/support/catch_session.h"
 
 int main(int argc, char** argv) {
   bool listing = false;
@@ -18,5 +19,5 @@ int main(int argc, char** argv) {
                 err != cudaSuccess ? cudaGetErrorString(err) : "device count 0");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return lt::test::run_catch_session(argc, argv);
 }

@@ -55,7 +55,7 @@ struct CudaBlk {
 
 // A block of a thread-block cluster (the split inter adjoint): cluster barrier and the
 // peers' shared memory (DSMEM), through the sm_90 intrinsics that cooperative_groups' cluster
-// group wraps (its header alone adds ~6 s to each unit's compile: docs/BUILD.md).
+// group wraps (its header adds ~3 s to each unit's compile: docs/BUILD.md).
 // Clusters exist from sm_90 on: the compute_80 PTX of the build gets a kernel that traps,
 // never launched (scan_split picks 1 below compute capability 9.0).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
