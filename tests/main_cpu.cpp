@@ -1,4 +1,4 @@
 // main of the CPU test executable (Catch2's implementation: tests/catch_impl.cpp).
-#include "tests/support/catch_session.h"
+#include "tests/support/catch_run.h"
 
-int main(int argc, char** argv) { return lt::test::run_catch_session(argc, argv); }
+int main(int argc, char** argv) { return lt::test::run_catch(argc, argv); }

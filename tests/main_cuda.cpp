@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tests/support/catch_session.h"
+#include "tests/support/catch_run.h"
 
 int main(int argc, char** argv) {
   bool listing = false;
@@ -19,5 +19,5 @@ int main(int argc, char** argv) {
                 err != cudaSuccess ? cudaGetErrorString(err) : "device count 0");
     return 77;
   }
-  return lt::test::run_catch_session(argc, argv);
+  return lt::test::run_catch(argc, argv);
 }
