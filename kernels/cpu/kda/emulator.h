@@ -84,13 +84,50 @@ class EmuBlock {
       Bm[t + 4][g] = x[l * S + 5];
     }
     wx_->bars[w]->arrive_and_wait();
-    const int g = lane >> 2, t = lane & 3;
-    for (int e = 0; e < 4; ++e) {
-      const int r = g + ((e & 2) ? 8 : 0), c = 2 * t + (e & 1);
-      float s = 0.0f;
-      for (int k = 0; k < 8; ++k) s += A[r][k] * Bm[k][c];
-      d[e] += s;
+    accumulate(d, lane, A, Bm);
+  }
+  // mma.sync.m16n8k16 bf16 of the warp: each b32 fragment register holds two bf16 (low half
+  // first); the fragments are gathered as mma_tf32's, the products summed in fp32 in k order.
+  void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = tid_ / 32, lane = tid_ % 32;
+    constexpr int S = WarpExchange::kSlot;
+    float* x = &wx_->vals[static_cast<size_t>(w) * 32 * S];
+    std::memcpy(x + lane * S, a, sizeof a);  // the bits, moved as they are
+    std::memcpy(x + lane * S + 4, b, sizeof b);
+    wx_->bars[w]->arrive_and_wait();
+    float A[16][16], Bm[16][8];
+    auto lo = [](uint32_t u) { return bits_float(u << 16); };
+    auto hi = [](uint32_t u) { return bits_float(u & 0xffff0000u); };
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      uint32_t f[6];
+      std::memcpy(f, x + l * S, sizeof f);
+      const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+      for (int i = 0; i < 4; ++i) {
+        A[rows[i]][cols[i]] = lo(f[i]);
+        A[rows[i]][cols[i] + 1] = hi(f[i]);
+      }
+      Bm[2 * t][g] = lo(f[4]);
+      Bm[2 * t + 1][g] = hi(f[4]);
+      Bm[2 * t + 8][g] = lo(f[5]);
+      Bm[2 * t + 9][g] = hi(f[5]);
     }
+    wx_->bars[w]->arrive_and_wait();
+    accumulate(d, lane, A, Bm);
+  }
+  // The fragments ldmatrix gives lane (g, t) of a row-major bf16 tile (kernels/kda/tiles.h):
+  // A 16 x 16 at (m0, k0); B 16 x 8 at (k0, n0), stored N x K.
+  void frag_a(uint32_t (&a)[4], const uint16_t* tile, int ld, int m0, int k0) const {
+    const int lane = tid_ % 32, g = lane >> 2, t = lane & 3;
+    a[0] = pair(tile, ld, m0 + g, k0 + 2 * t);
+    a[1] = pair(tile, ld, m0 + g + 8, k0 + 2 * t);
+    a[2] = pair(tile, ld, m0 + g, k0 + 2 * t + 8);
+    a[3] = pair(tile, ld, m0 + g + 8, k0 + 2 * t + 8);
+  }
+  void frag_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) const {
+    const int lane = tid_ % 32, g = lane >> 2, t = lane & 3;
+    b[0] = pair(tile, ld, n0 + g, k0 + 2 * t);
+    b[1] = pair(tile, ld, n0 + g, k0 + 2 * t + 8);
   }
   void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
   uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
@@ -111,6 +148,21 @@ class EmuBlock {
   void wait_copies() {}
 
  private:
+  // d += this lane's four C-fragment elements of A (16 x K) B (K x 8), summed in k order
+  template <int K>
+  static void accumulate(float (&d)[4], int lane, const float (&A)[16][K], const float (&Bm)[K][8]) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + ((e & 2) ? 8 : 0), c = 2 * t + (e & 1);
+      float s = 0.0f;
+      for (int k = 0; k < K; ++k) s += A[r][k] * Bm[k][c];
+      d[e] += s;
+    }
+  }
+  // elements (r, c) and (r, c + 1) of a bf16 tile as one b32, (r, c) in the low half
+  static uint32_t pair(const uint16_t* tile, int ld, int r, int c) {
+    return static_cast<uint32_t>(tile[r * ld + c]) | (static_cast<uint32_t>(tile[r * ld + c + 1]) << 16);
+  }
   int tid_;
   FiberBarrier* bar_;
   WarpExchange* wx_;

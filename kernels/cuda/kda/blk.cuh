@@ -46,6 +46,13 @@ struct CudaBlk {
   __device__ void wait_prior_grid() { pdl_wait(); }
   __device__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
   __device__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma_tf32(d, a, b); }
+  __device__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { tc::mma(d, a, b); }
+  __device__ void frag_a(uint32_t (&a)[4], const uint16_t* tile, int ld, int m0, int k0) {
+    tc::load_a(a, reinterpret_cast<const tc::bf16*>(tile), ld, m0, k0);
+  }
+  __device__ void frag_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) {
+    tc::load_b(b, reinterpret_cast<const tc::bf16*>(tile), ld, k0, n0);
+  }
   __device__ void copy16_async(float* dst, const float* src) { tc::cp_async16(dst, src, 16); }
   __device__ void wait_copies() {
     tc::cp_async_commit();
