@@ -42,24 +42,37 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
     const int e = blk.tid() + m * NTHR;
     Aq[(e / C) * LC + e % C] = ld(aqk, e);
   }
-  for (int e = blk.tid(); lean && e < C * D / 2; e += NTHR) {  // columns c, c + 1 per thread
-    const int r = e / (D / 2), c = 2 * (e % (D / 2));
-    float v0, v1;
-    ld2(static_cast<const T*>(ws.W), cp.ws(dm, r, c), v0, v1);
-    sts2(Ws + r * LDA + c, v0, v1);
-  }
+  // The V slice [v0, v0 + KS) of h[n] into Hs by 16-byte async copies: in flight while the
+  // thread loads its other tiles, landed at wait_copies (h[n] is 16-byte aligned, so are Hs's rows).
+  static_assert((C * LC + 2 * G::SLICE + C * LDA) % 4 == 0 && LH % 4 == 0 && (D * KS) % (4 * NTHR) == 0);
   const float* hn = a.h + (bh * cp.NT + n) * D * D;
+  auto copy_h_slice = [&](int v0) {
+    KDA_UNROLL
+    for (int m = 0; m < D * KS / (4 * NTHR); ++m) {
+      const int e = blk.tid() + m * NTHR;
+      const int k = e / (KS / 4), j = 4 * (e % (KS / 4));
+      blk.copy16_async(Hs + k * LH + j, hn + k * D + v0 + j);
+    }
+  };
+  if (lean) {
+    copy_h_slice(0);
+    static_assert((C * D) % (2 * NTHR) == 0);
+    KDA_UNROLL
+    for (int m = 0; m < C * D / (2 * NTHR); ++m) {  // columns c, c + 1 per thread
+      const int e = blk.tid() + m * NTHR;
+      const int r = e / (D / 2), c = 2 * (e % (D / 2));
+      float v0, v1;
+      ld2(static_cast<const T*>(ws.W), cp.ws(dm, r, c), v0, v1);
+      sts2(Ws + r * LDA + c, v0, v1);
+    }
+  }
   auto zero = [](int, int) { return 0.0f; };
   for (int vs = 0; vs < G::NKS; ++vs) {
     const int v0 = vs * KS;
+    if (lean && vs > 0) copy_h_slice(v0);  // Hs is free: the last pass ended with a barrier
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, dOs);
     if (lean) load_ws_slice<G>(blk, dm, cp, ws.U, v0, Us);
-    for (int e = blk.tid(); lean && e < D * KS / 2; e += NTHR) {  // columns j, j + 1 per thread
-      const int k = e / (KS / 2), j = 2 * (e % (KS / 2));
-      float h0, h1;
-      ld2(hn, k * D + v0 + j, h0, h1);
-      sts2(Hs + k * LH + j, h0, h1);
-    }
+    blk.wait_copies();
     blk.sync();  // (first pass: also orders the A_qk and W loads)
     block_product<kTC, kSplit, NTHR>(
         blk, C, KS, C, [&](int r, int m) { return Aq[m * LC + r]; }, [&](int m, int c) { return dOs[m * LS + c]; },

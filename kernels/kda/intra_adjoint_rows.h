@@ -76,6 +76,19 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     for (int i = 0; i < 8; ++i) kt[i] = kh[i] * exp2_fast(gm[i] + ro);
     sts_row8(T2 + r * LR, c0, c1, kt);
   }
+  // P0's first piece of h[n] (rows [0, C) of S, into T4) by async copies: h[n] is the forward's,
+  // so they fly while the block waits for the scan.
+  const float* hn = kLean ? a.h + (bh * cp.NT + n) * D * D : nullptr;
+  static_assert((4 * G::CC + 6 * C * LR) % 4 == 0 && LR % 4 == 0 && (C * D) % (4 * NTHR) == 0);
+  auto copy_h_rows = [&](int k0) {  // S rows [k0, k0 + C) into T4
+    KDA_UNROLL
+    for (int m = 0; m < C * D / (4 * NTHR); ++m) {
+      const int e = tid + m * NTHR;
+      const int i = e / (D / 4), v = 4 * (e % (D / 4));
+      blk.copy16_async(T4 + i * LR + v, hn + (k0 + i) * D + v);
+    }
+  };
+  if constexpr (kLean) copy_h_rows(0);
   // Everything above reads the inputs only; from here on the scan's rows of this chunk
   // (dDelta, X_k, dgamma_s; full scan: X_q, X_w), ready once its nv blocks passed chunk n.
   if (tid == 0) wait_scan_chunk(blk, a, ws, bh, n);
@@ -83,9 +96,75 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
 
   // ---- P0 (lean scan): X_q = dO S^T and X_w = dDelta S^T with S = h[n], over the chunk's rows
   // of sQ / W, as intra_adjoint_program's P0 (tiles T1, T3, T4; T2 holds K~)
-  if constexpr (kLean) {
+  if constexpr (kLean && kTC && std::is_same_v<T, bfloat16>) {
+    // bf16 inputs: dO and dDelta (stored as T) are bf16 values, so they stage exactly as one bf16
+    // tile [dO | dDelta] in T1 (row stride LP = 2 D + 8 elements, the bytes of an LR row). Each
+    // C-row piece of S lands in T4 (fp32) and is split once into bf16 hi + lo in T3 (same layout),
+    // S ~ hi + lo to 2^-16 relative; then each 16 x 8 tile of X_q / X_w is two m16n8k16 products
+    // a k step, its fragments read by ldmatrix (more accurate than the TF32 product it replaces).
+    constexpr int LP = 2 * D + 8;                 // 2 LP bytes = 4 LR bytes; LP % 8 == 0: 16-byte rows, and the
+    static_assert(LP == 2 * LR);                  // 8 rows of an ldmatrix 8x8 fall on distinct 16-byte bank groups
+    constexpr int NTL = 2 * (C / 16) * (C / 8);   // (product, row tile, column tile) tiles a piece
+    auto* Pin = reinterpret_cast<bfloat16*>(T1);  // [C][LP]: dO | dDelta
+    auto* Ps = reinterpret_cast<bfloat16*>(T3);   // [C][LP]: S hi | S lo, rows of the piece
+    {
+      float o8[8] = {}, d8[8];
+      if (valid) {
+        ld4(static_cast<const T*>(a.dO), cp.in(dm, r, c0), o8);
+        ld4(static_cast<const T*>(a.dO), cp.in(dm, r, c1), o8 + 4);
+      }
+      ld_row8(static_cast<const T*>(ws.dDelta), cp, dm, r, c0, c1, d8);
+      st4(Pin, r * LP + c0, o8);
+      st4(Pin, r * LP + c1, o8 + 4);
+      st4(Pin, r * LP + D + c0, d8);
+      st4(Pin, r * LP + D + c1, d8 + 4);
+    }
+    for (int k0 = 0; k0 < D; k0 += C) {
+      if (k0 > 0) copy_h_rows(k0);  // T4 is free: the last piece's split ended with a barrier
+      blk.wait_copies();
+      blk.sync();  // T4 landed (first piece: Pin written too); T3 free
+      KDA_UNROLL
+      for (int m = 0; m < C * D / (4 * NTHR); ++m) {
+        const int e = tid + m * NTHR;
+        const int i = e / (D / 4), v = 4 * (e % (D / 4));
+        float hi[4], lo[4];
+        lds4(T4 + i * LR + v, hi);
+        KDA_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const float x = hi[u];
+          hi[u] = bf16_round(x);
+          lo[u] = x - hi[u];
+        }
+        st4(Ps, i * LP + v, hi);
+        st4(Ps, i * LP + D + v, lo);
+      }
+      blk.sync();  // Ps written; T4 free
+      for (int u = warp; u < NTL; u += NW) {
+        const int p = u / (NTL / 2), rt = (u % (NTL / 2)) / (C / 8), ct = u % (C / 8);
+        const auto* pa = reinterpret_cast<const uint16_t*>(T1);
+        const auto* pb = reinterpret_cast<const uint16_t*>(T3);
+        float acc[4] = {};
+        KDA_UNROLL
+        for (int kk = 0; kk < D; kk += 16) {
+          uint32_t fa[4], bh[2], bl[2];
+          blk.frag_a(fa, pa, LP, 16 * rt, p * D + kk);
+          blk.frag_b(bh, pb, LP, kk, 8 * ct);
+          blk.frag_b(bl, pb, LP, D + kk, 8 * ct);
+          blk.mma_bf16(acc, fa, bh);
+          blk.mma_bf16(acc, fa, bl);
+        }
+        T* dst = static_cast<T*>(p == 0 ? ws.Xq : ws.Xw);
+        KDA_UNROLL
+        for (int e = 0; e < 4; e += 2) {
+          int rr, cc;
+          frag_rc(lane, e, rr, cc);
+          st2(dst, cp.ws(dm, 16 * rt + rr, k0 + 8 * ct + cc), acc[e], acc[e + 1]);
+        }
+      }
+      blk.sync();  // Ps free; at the end: the stores above precede this block's reads (P1, P5)
+    }
+  } else if constexpr (kLean) {
     constexpr int KR = C;
-    const float* hn = a.h + (bh * cp.NT + n) * D * D;
     float o8[8] = {}, d8[8];
     if (valid) {
       ld4(static_cast<const T*>(a.dO), cp.in(dm, r, c0), o8);
@@ -95,12 +174,8 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
     sts_row8(T1 + r * LR, c0, c1, o8);
     sts_row8(T3 + r * LR, c0, c1, d8);
     for (int k0 = 0; k0 < D; k0 += KR) {
-      for (int e = tid; e < KR * D / 2; e += NTHR) {
-        const int i = e / (D / 2), v = 2 * (e % (D / 2));
-        float h0, h1;
-        ld2(hn, (k0 + i) * D + v, h0, h1);
-        sts2(T4 + i * LR + v, h0, h1);
-      }
+      if (k0 > 0) copy_h_rows(k0);  // T4 is free: the last piece's product ended with a barrier
+      blk.wait_copies();
       blk.sync();
       block_product2<kTC, kSplit, NTHR>(
           blk, C, KR, D, [&](int x, int v) { return T1[x * LR + v]; }, [&](int x, int v) { return T3[x * LR + v]; },
