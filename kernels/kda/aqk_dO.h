@@ -16,7 +16,8 @@ namespace lt::kda::KDA_BLOCKS_NS {
 // intra adjoint's per-head counters and the scan's progress counters (scan_progress).
 // Shared: A_qk [C][LC], a dO slice [C][LS] (kAqkFloatsFull); lean: also a U slice [C][LS],
 // W [C][LDA] (loaded once) and the V slice of h[n] [D][KS + 8] (row stride 8 mod 32: the
-// (k = t, n = g) B-fragment reads are conflict-free) (kAqkFloats). One pass a V slice: both
+// (k = t, n = g) B-fragment reads are conflict-free) (kAqkFloats); at bf16 inputs W and the
+// slice of h[n] are bf16 tiles over the same bytes (kBf below). One pass a V slice: both
 // products, two barriers.
 // ======================================================================================
 template <class G, class T, bool kTC, class Blk>
@@ -54,8 +55,40 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
       blk.copy16_async(Hs + k * LH + j, hn + k * D + v0 + j);
     }
   };
+  // bf16 inputs (kBf): W is a bf16 value (stored as T), so it stages exactly as a bf16 tile
+  // (over Ws, row stride LW); each V slice of S = h[n] is split once into bf16 hi + lo (over Hs:
+  // [D][hi KS | lo KS | 8]; x ~ hi + lo to 2^-16, tiles.h) and Delta = U - W (hi + lo) is two
+  // m16n8k16 products a k step with ldmatrix fragments. Otherwise the fp32 tiles and TF32 products.
+  constexpr bool kBf = kTC && std::is_same_v<T, bfloat16>;
+  constexpr int LW = D + 8, LHB = 2 * KS + 8;  // bf16 row strides: 16-byte rows, ldmatrix conflict-free
+  static_assert(LW <= 2 * LDA && LHB <= 2 * LH);
+  auto* Wb = reinterpret_cast<bfloat16*>(Ws);
+  auto* Hb = reinterpret_cast<bfloat16*>(Hs);
+  auto split_h_slice = [&](int v0) {  // S[:, v0 : v0 + KS) -> Hb; the loads first, then the stores
+    constexpr int NQ = D * KS / (4 * NTHR);
+    float x[NQ][4];
+    KDA_UNROLL
+    for (int m = 0; m < NQ; ++m) {
+      const int e = blk.tid() + m * NTHR;
+      ld4(hn, (e / (KS / 4)) * D + v0 + 4 * (e % (KS / 4)), x[m]);
+    }
+    KDA_UNROLL
+    for (int m = 0; m < NQ; ++m) {
+      const int e = blk.tid() + m * NTHR;
+      const int k = e / (KS / 4), j = 4 * (e % (KS / 4));
+      float lo[4];
+      KDA_UNROLL
+      for (int u = 0; u < 4; ++u) {
+        const float hi = bf16_round(x[m][u]);
+        lo[u] = x[m][u] - hi;
+        x[m][u] = hi;
+      }
+      st4(Hb, k * LHB + j, x[m]);
+      st4(Hb, k * LHB + KS + j, lo);
+    }
+  };
   if (lean) {
-    copy_h_slice(0);
+    if constexpr (!kBf) copy_h_slice(0);
     static_assert((C * D) % (2 * NTHR) == 0);
     KDA_UNROLL
     for (int m = 0; m < C * D / (2 * NTHR); ++m) {  // columns c, c + 1 per thread
@@ -63,13 +96,18 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
       const int r = e / (D / 2), c = 2 * (e % (D / 2));
       float v0, v1;
       ld2(static_cast<const T*>(ws.W), cp.ws(dm, r, c), v0, v1);
-      sts2(Ws + r * LDA + c, v0, v1);
+      if constexpr (kBf) st2(Wb, r * LW + c, v0, v1);
+      else sts2(Ws + r * LDA + c, v0, v1);
     }
   }
   auto zero = [](int, int) { return 0.0f; };
   for (int vs = 0; vs < G::NKS; ++vs) {
     const int v0 = vs * KS;
-    if (lean && vs > 0) copy_h_slice(v0);  // Hs is free: the last pass ended with a barrier
+    if constexpr (kBf) {
+      if (lean) split_h_slice(v0);  // Hs is free: the last pass ended with a barrier
+    } else if (lean && vs > 0) {
+      copy_h_slice(v0);
+    }
     load_in_slice<G>(blk, dm, cp, static_cast<const T*>(a.dO), v0, nullptr, dOs);
     if (lean) load_ws_slice<G>(blk, dm, cp, ws.U, v0, Us);
     blk.wait_copies();
@@ -79,12 +117,39 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
         zero, [&](int r, int c, float v) { st(static_cast<T*>(ws.AqkT_dO), cp.ws(dm, r, v0 + c), v); }, AllTiles(),
         KFromRow());
     // Delta = U - W S on columns [v0, v0 + KS): over U (this slice of U is in Us by now)
-    if (lean)
+    if constexpr (kBf) {
+      constexpr int NTL = (C / 16) * (KS / 8), NW = NTHR / 32;
+      const int lane = blk.tid() & 31;
+      const auto* pw = reinterpret_cast<const uint16_t*>(Ws);
+      const auto* ph = reinterpret_cast<const uint16_t*>(Hs);
+      for (int u = blk.tid() / 32; lean && u < NTL; u += NW) {
+        const int rt = u / (KS / 8), ct = u % (KS / 8);
+        float acc[4] = {};
+        KDA_UNROLL
+        for (int kk = 0; kk < D; kk += 16) {
+          uint32_t fa[4], bh[2], bl[2];
+          blk.frag_a(fa, pw, LW, 16 * rt, kk);
+          blk.frag_b_t(bh, ph, LHB, kk, 8 * ct);
+          blk.frag_b_t(bl, ph, LHB, kk, KS + 8 * ct);
+          blk.mma_bf16(acc, fa, bh);
+          blk.mma_bf16(acc, fa, bl);
+        }
+        KDA_UNROLL
+        for (int e = 0; e < 4; e += 2) {
+          int r, c;
+          frag_rc(lane, e, r, c);
+          r += 16 * rt;
+          c += 8 * ct;
+          st2(ws.Delta, cp.ws(dm, r, v0 + c), Us[r * LS + c] - acc[e], Us[r * LS + c + 1] - acc[e + 1]);
+        }
+      }
+    } else if (lean) {
       block_product<kTC, kSplit, NTHR>(
           blk, C, KS, D, [&](int r, int k) { return -Ws[r * LDA + k]; }, [&](int k, int j) { return Hs[k * LH + j]; },
           [&](int r, int j) { return Us[r * LS + j]; },
           Overload{[&](int r, int j, float v) { st(ws.Delta, cp.ws(dm, r, v0 + j), v); },
                    [&](int r, int j, float d0, float d1) { st2(ws.Delta, cp.ws(dm, r, v0 + j), d0, d1); }});
+    }
     blk.sync();
   }
 }

@@ -14,7 +14,7 @@
 // arrive(counter) (atomic increment, returns the old value); acquire() (fence before reading
 // other blocks' published data); load_cg(p) (load bypassing L1); prefetch_l2(p) (a hint: fetch
 // p's line into L2; no-op on the CPU); mma_tf32 (one warp-wide m16n8k8 product); mma_bf16,
-// frag_a, frag_b (m16n8k16 bf16 products and their fragments from bf16 tiles: tiles.h);
+// frag_a, frag_b, frag_b_t (m16n8k16 bf16 products and their fragments from bf16 tiles: tiles.h);
 // copy16_async(dst, src) (4 floats global -> shared, both 16-byte aligned: landed once this
 // thread's wait_copies() returns, visible to the block after a later sync(); at once on the CPU).
 // The split inter adjoint's Blk (a block of a thread-block cluster) also provides

@@ -116,6 +116,7 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
 // 16-byte aligned rows). The executor reads the fragments (layouts: kernels/cuda/mma.cuh):
 //   blk.frag_a(a, tile, ld, m0, k0)  A[m][k] = tile[(m0 + m) ld + k0 + k], 16 x 16 (ldmatrix .x4)
 //   blk.frag_b(b, tile, ld, k0, n0)  B[k][n] = tile[(n0 + n) ld + k0 + k], 16 x 8, B stored N x K (.x2)
+//   blk.frag_b_t(b, tile, ld, k0, n0) B[k][n] = tile[(k0 + k) ld + n0 + n], B stored K x N (.x2.trans)
 //   blk.mma_bf16(d, a, b)            d (16 x 8 fp32 C fragment) += A B
 // x rounded to bf16 (nearest even), as a float: the hi part of a two-term bf16 split x ~ hi + lo,
 // which keeps x to 2^-16 relative (one bf16: 2^-8, TF32: 2^-11).

@@ -21,9 +21,10 @@ using lt::testing::test_seed;
 
 TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a float64 tile product",
           "[kda][twin][emu]") {
-  // C (M x N) = A (M x K, row-major) B, with B stored N x K, both padded to LD columns whose
-  // padding is a NaN pattern: a fragment that reads past its tile poisons the result.
-  constexpr int M = 32, N = 16, K = 48, LD = K + 8;
+  // C (M x N) = A (M x K, row-major) B, with B stored N x K (frag_b) and, as a second product, K x N
+  // (frag_b_t); every tile padded to LD columns whose padding is a NaN pattern: a fragment that
+  // reads past its tile poisons the result.
+  constexpr int M = 32, N = 16, K = 48, LD = K + 8, LDT = N + 8;
   std::mt19937_64 rng(test_seed() + 11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   std::vector<uint16_t> A(M * LD, 0x7fc1), B(N * LD, 0x7fc1);
@@ -31,19 +32,28 @@ TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a f
     for (int k = 0; k < K; ++k) A[r * LD + k] = float_to_bf16_bits(u(rng));
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) B[n * LD + k] = float_to_bf16_bits(u(rng));
-  std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint16_t> Bt(K * LDT, 0x7fc1);
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) Bt[k * LDT + n] = B[n * LD + k];
+  std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN()), Ct(C);
   // Two warps; warp w takes the 16 x 8 tiles (mt, nt) with mt = w.
   kda::emu::emulate_grid(1, 64, 0, [&](kda::emu::EmuBlock& blk, int64_t, float*) {
     const int lane = blk.tid() % 32, mt = blk.tid() / 32, g = lane >> 2, t = lane & 3;
     for (int nt = 0; nt < N / 8; ++nt) {
-      float acc[4] = {};
+      float acc[4] = {}, acct[4] = {};
       for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t a[4], b[2];
+        uint32_t a[4], b[2], bt[2];
         blk.frag_a(a, A.data(), LD, 16 * mt, k0);
         blk.frag_b(b, B.data(), LD, k0, 8 * nt);
+        blk.frag_b_t(bt, Bt.data(), LDT, k0, 8 * nt);
         blk.mma_bf16(acc, a, b);
+        blk.mma_bf16(acct, a, bt);
       }
-      for (int e = 0; e < 4; ++e) C[(16 * mt + g + ((e & 2) ? 8 : 0)) * N + 8 * nt + 2 * t + (e & 1)] = acc[e];
+      for (int e = 0; e < 4; ++e) {
+        const int i = (16 * mt + g + ((e & 2) ? 8 : 0)) * N + 8 * nt + 2 * t + (e & 1);
+        C[i] = acc[e];
+        Ct[i] = acct[e];
+      }
     }
   });
   double worst = 0;
@@ -59,6 +69,7 @@ TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a f
       const double err = std::fabs(C[r * N + n] - s) / (mag + 1e-30);
       INFO("C[" << r << "][" << n << "] = " << C[r * N + n] << ", float64 " << s << replay_hint());
       REQUIRE(err < K * 6e-8);
+      REQUIRE(Ct[r * N + n] == C[r * N + n]);  // the same products in the same order
       worst = std::max(worst, err);
     }
   std::printf("[kda] emulated bf16 m16n8k16 tiles vs float64: worst %.2e of the terms' magnitude\n", worst);

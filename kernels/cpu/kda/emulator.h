@@ -129,6 +129,12 @@ class EmuBlock {
     b[0] = pair(tile, ld, n0 + g, k0 + 2 * t);
     b[1] = pair(tile, ld, n0 + g, k0 + 2 * t + 8);
   }
+  // B 16 x 8 at (k0, n0), stored K x N (ldmatrix .trans)
+  void frag_b_t(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) const {
+    const int lane = tid_ % 32, g = lane >> 2, t = lane & 3;
+    b[0] = column_pair(tile, ld, k0 + 2 * t, n0 + g);
+    b[1] = column_pair(tile, ld, k0 + 2 * t + 8, n0 + g);
+  }
   void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
   uint32_t arrive(uint32_t* counter) { return std::atomic_ref<uint32_t>(*counter).fetch_add(1); }
   void acquire() { std::atomic_thread_fence(std::memory_order_seq_cst); }
@@ -162,6 +168,10 @@ class EmuBlock {
   // elements (r, c) and (r, c + 1) of a bf16 tile as one b32, (r, c) in the low half
   static uint32_t pair(const uint16_t* tile, int ld, int r, int c) {
     return static_cast<uint32_t>(tile[r * ld + c]) | (static_cast<uint32_t>(tile[r * ld + c + 1]) << 16);
+  }
+  // elements (r, c) and (r + 1, c) as one b32, (r, c) in the low half
+  static uint32_t column_pair(const uint16_t* tile, int ld, int r, int c) {
+    return static_cast<uint32_t>(tile[r * ld + c]) | (static_cast<uint32_t>(tile[(r + 1) * ld + c]) << 16);
   }
   int tid_;
   FiberBarrier* bar_;

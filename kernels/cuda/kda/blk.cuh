@@ -53,6 +53,9 @@ struct CudaBlk {
   __device__ void frag_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) {
     tc::load_b(b, reinterpret_cast<const tc::bf16*>(tile), ld, k0, n0);
   }
+  __device__ void frag_b_t(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) {
+    tc::load_b_trans(b, reinterpret_cast<const tc::bf16*>(tile), ld, k0, n0);
+  }
   __device__ void copy16_async(float* dst, const float* src) { tc::cp_async16(dst, src, 16); }
   __device__ void wait_copies() {
     tc::cp_async_commit();
