@@ -4,8 +4,10 @@
 // mma.sync) is tested in tests/kernels/test_mma_cuda.cu.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
