@@ -76,15 +76,7 @@ KDA_DEV void aqk_dO_program(const FusedArgs& a, const BackwardWorkspace& ws, Blk
     for (int m = 0; m < NQ; ++m) {
       const int e = blk.tid() + m * NTHR;
       const int k = e / (KS / 4), j = 4 * (e % (KS / 4));
-      float lo[4];
-      KDA_UNROLL
-      for (int u = 0; u < 4; ++u) {
-        const float hi = bf16_round(x[m][u]);
-        lo[u] = x[m][u] - hi;
-        x[m][u] = hi;
-      }
-      st4(Hb, k * LHB + j, x[m]);
-      st4(Hb, k * LHB + KS + j, lo);
+      st4_split(Hb, k * LHB + j, k * LHB + KS + j, x[m]);
     }
   };
   if (lean) {

@@ -127,16 +127,9 @@ KDA_DEV void intra_adjoint_rows_program(const FusedArgs& a, const BackwardWorksp
       for (int m = 0; m < C * D / (4 * NTHR); ++m) {
         const int e = tid + m * NTHR;
         const int i = e / (D / 4), v = 4 * (e % (D / 4));
-        float hi[4], lo[4];
-        lds4(T4 + i * LR + v, hi);
-        KDA_UNROLL
-        for (int u = 0; u < 4; ++u) {
-          const float x = hi[u];
-          hi[u] = bf16_round(x);
-          lo[u] = x - hi[u];
-        }
-        st4(Ps, i * LP + v, hi);
-        st4(Ps, i * LP + D + v, lo);
+        float x[4];
+        lds4(T4 + i * LR + v, x);
+        st4_split(Ps, i * LP + v, i * LP + D + v, x);
       }
       blk.sync();  // Ps written; T4 free
       for (int u = warp; u < NTL; u += NW) {

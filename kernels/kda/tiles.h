@@ -127,5 +127,17 @@ KDA_DEV float bf16_round(float x) {
   return bits_float(static_cast<uint32_t>(float_to_bf16_bits(x)) << 16);
 #endif
 }
+// Stores x[0..3] split in two: the bf16 hi parts at tile[hi_at ..], the lo parts (x - hi,
+// rounded to bf16) at tile[lo_at ..]; both offsets 4-element aligned (one 8-byte store each).
+KDA_DEV void st4_split(bfloat16* tile, int64_t hi_at, int64_t lo_at, const float* x) {
+  float hi[4], lo[4];
+  KDA_UNROLL
+  for (int u = 0; u < 4; ++u) {
+    hi[u] = bf16_round(x[u]);
+    lo[u] = x[u] - hi[u];
+  }
+  st4(tile, hi_at, hi);
+  st4(tile, lo_at, lo);
+}
 
 }  // namespace lt::kda::KDA_BLOCKS_NS
