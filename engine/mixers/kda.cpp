@@ -324,8 +324,10 @@ KdaGrads ops_backward_path(const KdaSaved& sv, const Tensor& dO, const Tensor& d
   const Tensor ea = ops::exp(in.A_log.to(cdt).reshape({1, H, 1, 1, 1}));
   Tensor dgdx;
   if (sv.cfg.gate.use_lower_bound) {
-    const Tensor sg = ops::sigmoid(ops::mul(ea, S.x));
-    dgdx = ops::mul(ops::mul_scalar(ops::mul(sg, ops::rsub_scalar(sg, 1.0)), sv.cfg.gate.lower_bound), ea);
+    // sigmoid'(z) = sigmoid(z) sigmoid(-z): 1 - sigmoid(z) as a difference cancels where z >> 0
+    const Tensor z = ops::mul(ea, S.x);
+    const Tensor dsg = ops::mul(ops::sigmoid(z), ops::sigmoid(ops::neg(z)));
+    dgdx = ops::mul(ops::mul_scalar(dsg, sv.cfg.gate.lower_bound), ea);
   } else {
     // softplus'(x) = sigmoid(x); fla's linear branch (x > 20) has slope 1, which differs by
     // < 2.1e-9 relative: below every tolerance, so no comparison op is needed.

@@ -37,8 +37,10 @@ GateEval<Real> gate_eval(Real x, Real a, const Gate& gate) {
   if (gate.use_lower_bound) {
     const Real lb = static_cast<Real>(gate.lower_bound);
     const Real z = ea * x;
-    const Real s = sigmoid_r(z);
-    const Real dg_dz = lb * s * (Real(1) - s);
+    // s (1 - s) = e / (1 + e)^2, e = e^{-|z|}: no cancelling 1 - s where s nears 1
+    const Real e = std::exp(-std::abs(z)), r = Real(1) / (Real(1) + e);
+    const Real s = z >= 0 ? r : e * r;
+    const Real dg_dz = lb * (e * r) * r;
     return {lb * s, dg_dz * ea, dg_dz * ea * x};
   }
   const Real sp = x > Real(20) ? x : std::log1p(std::exp(x));

@@ -34,8 +34,11 @@ struct GateVal {
 };
 KDA_DEV GateVal gate_value(float x, float ea, const Gate& gate) {
   if (gate.use_lower_bound) {
-    const float s = sigmoid_f(ea * x);
-    const float dgdz = gate.lower_bound * s * (1.0f - s);
+    // s (1 - s) = e / (1 + e)^2 with e = e^{-|z|}: the difference 1 - s would keep only
+    // eps / (1 - s) of its value where s nears 1, and dg/dx with it
+    const float z = ea * x, e = expf(-fabsf(z)), r = 1.0f / (1.0f + e);
+    const float s = z >= 0.0f ? r : e * r;
+    const float dgdz = gate.lower_bound * (e * r) * r;
     return {gate.lower_bound * s, dgdz * ea, dgdz * ea * x};
   }
   // one exponential serves softplus and its derivative: sigmoid(x) = e^x / (1 + e^x)

@@ -5,6 +5,7 @@
 // tests/engine/mixers/test_kda_mixer.cpp.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "kernels/kda.h"
 #include "kernels/kda/instances.h"
+#include "kernels/kda/scalar.h"
 #include "tests/support/kda_testing.h"
 
 using namespace lt;
@@ -238,6 +240,33 @@ TEST_CASE("KDA naive recurrence: dA_log is the sum of the terms its error scale 
       CHECK(std::abs(sum[h] - r.dA_log[h]) < 1e-12 * r.dA_log_scale[h]);
     }
   }
+}
+
+TEST_CASE("KDA gate (block programs): the lower-bound gate keeps fp32 accuracy where its sigmoid saturates",
+          "[kda][gate]") {
+  // g = lb s, dg/dx = lb s (1 - s) e^A, dg/dA_log = dg/dx x with s = sigmoid(e^A x): against
+  // float64 over z = e^A x in [-40, 40], where 1 - s falls to 4e-18. Formed as a difference,
+  // 1 - s keeps eps / (1 - s) of its value (1e-4 relative at z = 8).
+  Gate gate;
+  gate.use_lower_bound = true;
+  double worst[3] = {0, 0, 0};
+  for (int i = -4000; i <= 4000; ++i) {
+    for (const float ea : {1.0f, 4.5f, 16.0f}) {
+      const float x = static_cast<float>(i) / 100.0f / ea;
+      const blocks::GateVal v = blocks::gate_value(x, ea, gate);
+      // z as the program forms it (fp32): e^{-|z|} turns that rounding into |z| eps relative
+      const double z = static_cast<double>(ea * x), s = 1.0 / (1.0 + std::exp(-z));
+      const double ds = std::exp(-std::abs(z)) / ((1.0 + std::exp(-std::abs(z))) * (1.0 + std::exp(-std::abs(z))));
+      const double ref[3] = {gate.lower_bound * s, gate.lower_bound * ds * ea, gate.lower_bound * ds * ea * x};
+      const float got[3] = {v.g, v.dgdx, v.dgda};
+      for (int q = 0; q < 3; ++q)
+        if (ref[q] != 0.0) worst[q] = std::max(worst[q], std::abs(got[q] - ref[q]) / std::abs(ref[q]));
+    }
+  }
+  INFO("worst relative errors: g " << worst[0] << ", dg/dx " << worst[1] << ", dg/dA_log " << worst[2]);
+  CHECK(worst[0] < 1e-6);
+  CHECK(worst[1] < 1e-6);
+  CHECK(worst[2] < 1e-6);
 }
 
 TEST_CASE("KDA naive recurrence: float32 instance agrees with float64", "[kda]") {
