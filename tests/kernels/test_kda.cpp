@@ -220,7 +220,8 @@ TEST_CASE("KDA naive recurrence: gradients match finite differences (float64)", 
   }
 }
 
-TEST_CASE("KDA naive recurrence: dA_log is the sum of the terms its error scale is built from", "[kda]") {
+TEST_CASE("KDA naive recurrence: the gate gradients' error scales bound them; dA_log is the sum of its terms",
+          "[kda]") {
   // tests/support/kda_testing.h measures dA_log's error against the sum of the magnitudes of
   // its terms per head, with the terms rebuilt from df; their signed sum must give dA_log back.
   const uint64_t seed = test_seed() + 4;
@@ -239,6 +240,11 @@ TEST_CASE("KDA naive recurrence: dA_log is the sum of the terms its error scale 
       CHECK(r.dA_log_scale[h] > std::abs(r.dA_log[h]));
       CHECK(std::abs(sum[h] - r.dA_log[h]) < 1e-12 * r.dA_log_scale[h]);
     }
+    // df's and ddt_bias's scales bound their sizes (the triangle inequality over the cumsum's terms)
+    size_t below = 0;
+    for (size_t i = 0; i < r.df.size(); ++i) below += r.df_scale[i] < std::abs(r.df[i]) * (1 - 1e-12);
+    for (size_t i = 0; i < r.ddt_bias.size(); ++i) below += r.ddt_bias_scale[i] < std::abs(r.ddt_bias[i]) * (1 - 1e-12);
+    CHECK(below == 0);
   }
 }
 
