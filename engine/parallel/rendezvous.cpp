@@ -518,10 +518,25 @@ void Rendezvous::Impl::connect_peer(double timeout_s) {
     const std::string error = recv_frame(ctrl.fd(), kAck, "rendezvous at " + where + ": rank 0", until);
     if (!error.empty()) throw std::runtime_error(error + " (reported by rank 0)");
   };
-  Socket dat = connect_to_rank0(world, where, kData, deadline, timeout_s, [&] {
-    pollfd pfd{ctrl.fd(), POLLIN, 0};
-    if (::poll(&pfd, 1, 0) > 0) read_answer(Clock::now() + std::chrono::seconds(2));
-  });
+  Socket dat;
+  try {
+    dat = connect_to_rank0(world, where, kData, deadline, timeout_s, [&] {
+      pollfd pfd{ctrl.fd(), POLLIN, 0};
+      if (::poll(&pfd, 1, 0) > 0) read_answer(Clock::now() + std::chrono::seconds(2));
+    });
+  } catch (const std::runtime_error&) {
+    // A rank 0 that refuses this rank sends its reason on the control connection before it closes
+    // the listener, which can reset the data connection between its connect and its hello: the
+    // reason, when there is one, is the error to report.
+    std::string reason;
+    try {
+      reason =
+          recv_frame(ctrl.fd(), kAck, "rendezvous at " + where + ": rank 0", Clock::now() + std::chrono::seconds(1));
+    } catch (const std::runtime_error&) {  // no reason came: the connect's own error stands
+    }
+    if (!reason.empty()) throw std::runtime_error(reason + " (reported by rank 0)");
+    throw;
+  }
   // Rank 0 answers once every rank has arrived, which can take up to its own time-out from now.
   read_answer(Clock::now() + span + std::chrono::seconds(2));
   control.push_back(std::move(ctrl));
