@@ -514,8 +514,10 @@ void Rendezvous::Impl::connect_peer(double timeout_s) {
   const auto span = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   const Clock::time_point deadline = Clock::now() + span;
   Socket ctrl = connect_to_rank0(world, where, kControl, deadline, timeout_s);
+  bool answered = false;  // rank 0's answer frame read (its error, if any, already thrown)
   auto read_answer = [&](Clock::time_point until) {
     const std::string error = recv_frame(ctrl.fd(), kAck, "rendezvous at " + where + ": rank 0", until);
+    answered = true;
     if (!error.empty()) throw std::runtime_error(error + " (reported by rank 0)");
   };
   Socket dat;
@@ -527,7 +529,8 @@ void Rendezvous::Impl::connect_peer(double timeout_s) {
   } catch (const std::runtime_error&) {
     // A rank 0 that refuses this rank sends its reason on the control connection before it closes
     // the listener, which can reset the data connection between its connect and its hello: the
-    // reason, when there is one, is the error to report.
+    // reason, when there is one, is the error to report. (Already read: that error is this one.)
+    if (answered) throw;
     std::string reason;
     try {
       reason =

@@ -14,6 +14,7 @@
 
 #include "engine/mixers/kda.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/kda_gate.h"
 #include "kernels/half.h"
 #include "kernels/kda.h"
 #include "kernels/kda/instances.h"
@@ -147,16 +148,6 @@ struct Result {  // outputs and gradients in double
   double df_floor = 0, ddt_bias_floor = 0;
 };
 
-// dg/dx of the gate at x = f + dt_bias (kernels/kda.h, Gate), in double.
-inline double gate_dgdx(const Gate& gate, double x, double A_log) {
-  const double ea = std::exp(A_log);
-  if (gate.use_lower_bound) {
-    const double z = ea * x, e = std::exp(-std::abs(z));
-    return gate.lower_bound * e / ((1.0 + e) * (1.0 + e)) * ea;
-  }
-  return -ea / (1.0 + std::exp(-x));
-}
-
 // df_t = (dg/dx)_t dg_t, and the chunk programs form dg_t as the reverse cumsum over t's chunk
 // dg_t = sum_{r >= t} dGamma_r (docs: the math's backward stage 8), whose terms can cancel to
 // far below their size: measured 400 sum |dGamma_r| / |dg_t| at B1 T70 H1 D64 C64, where the
@@ -178,7 +169,8 @@ inline std::vector<double> df_terms(const Case& c, const Data& x, const std::vec
           auto at = [&](int64_t t) { return static_cast<size_t>(((b * d.T + t0 + t) * d.H + h) * d.D + i); };
           std::vector<double> gx(static_cast<size_t>(L));
           for (int64_t t = 0; t < L; ++t) {
-            gx[t] = gate_dgdx(c.gate, x.f[at(t)] + x.dt_bias[static_cast<size_t>(h * d.D + i)], x.A_log[h]);
+            gx[t] =
+                gate_eval<double>(x.f[at(t)] + x.dt_bias[static_cast<size_t>(h * d.D + i)], x.A_log[h], c.gate).dg_dx;
             dg[t] = gx[t] != 0.0 ? df[at(t)] / gx[t] : 0.0;
           }
           double sum = 0.0;
@@ -311,8 +303,8 @@ inline Result run_naive_f32(const Case& c, const Data& x) {
   naive_forward<float>(in, o.data(), ht.data());
   naive_backward<float>(in, xf.dO.data(), c.dht ? xf.dht.data() : nullptr,
                         {dq.data(), dk.data(), dv.data(), df.data(), db.data(), dA.data(), ddt.data(), dh0.data()});
-  return {to_f64(o),  to_f64(ht), to_f64(dq),  to_f64(dk),  to_f64(dv), to_f64(df),
-          to_f64(db), to_f64(dA), to_f64(ddt), to_f64(dh0), {}};
+  return {to_f64(o),  to_f64(ht),  to_f64(dq),  to_f64(dk), to_f64(dv), to_f64(df), to_f64(db),
+          to_f64(dA), to_f64(ddt), to_f64(dh0), {},         {},         {}};
 }
 
 using lt::test::rel_err_l2;  // tests/support/compare.h: ||x - ref|| / ||ref||, +inf on a NaN
