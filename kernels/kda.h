@@ -92,11 +92,11 @@ void naive_backward(const NaiveInputs<Real>& in, const Real* dO, const Real* dht
 // ---- fused path: one argument struct for every stage ----------------------------------
 // Element pointers are untyped: `dtype` (f32 or bf16) gives the type of q, k, v, f, b, o,
 // dO and of dq, dk, dv, df, db. Everything else is fp32.
-// The backward products that do not need the adjoint state S' (Delta = U - W S, X_q = dO S^T,
-// X_w = dDelta S^T; S = h[n]); the numbers are LINTRAIN_KDA_LEAN_SCAN's values:
-//   full  the inter adjoint (the scan) forms all seven products a row block;
-//   lean  aqk_dO forms Delta and the intra adjoint X_q and X_w, on every SM, at the price of
-//         reading h[n] twice more from memory; the scan keeps four;
+// The backward products that do not need the adjoint state S' (X_q = dO S^T, X_w = dDelta S^T;
+// S = h[n]; Delta = U - W S is the forward scan's); the numbers are LINTRAIN_KDA_LEAN_SCAN's values:
+//   full  the inter adjoint (the scan) forms all six products a row block;
+//   lean  the intra adjoint forms X_q and X_w, on every SM, at the price of reading h[n] once
+//         more from memory; the scan keeps four;
 //   pick  lean where the scan runs split over V or on few enough SMs (lean_scan_pick), else full.
 enum class LeanScan : int { pick = 0, full = 1, lean = 2 };
 // The two-level backward scan's first level (FusedArgs::scan_first): pick (chosen on CUDA,
@@ -186,13 +186,13 @@ struct FusedArgs {
 // (bf16 tiles halve the scratch, which sets the peak memory), the others are fp32. Sizes in
 // bytes: workspace_bytes(dims, dtype).
 //
-// Forward: intra writes every tile below; inter reads W, U, Qp, Kbar, Ob and gamma. The
-// backward does not recompute the intra-chunk products: it takes W, U, sQ, Kbar, Aqk and
-// gamma as the forward left them (the engine keeps them in its saved state); Qp and Ob are
-// forward-only.
+// Forward: intra writes every tile below; inter reads W, U, Qp, Kbar, Ob and gamma, and writes
+// Delta = U - W h[n] over U once it has read a chunk's rows. The backward does not recompute
+// the intra-chunk products: it takes W, Delta, sQ, Kbar, Aqk and gamma as the forward left
+// them (the engine keeps them in its saved state); Qp and Ob are forward-only.
 struct ForwardWorkspace {
   void* W = nullptr;             // [B, H, Tp, D] dtype  W = Tm diag(beta) K~                 (saved)
-  float* U = nullptr;            // [B, H, Tp, D] fp32   U = Tm diag(beta) V                  (saved)
+  float* U = nullptr;            // [B, H, Tp, D] fp32   U = Tm diag(beta) V, then Delta      (saved)
   void* sQ = nullptr;            // [B, H, Tp, D] dtype  scale Q~                             (saved)
   float* Kbar = nullptr;         // [B, H, Tp, D] fp32   K^ e^{gamma - Gamma}                 (saved)
   void* Aqk = nullptr;           // [B, H, Tp, C] dtype  A_qk; row r of a chunk: A_qk[r][s], 0 for s > r (saved)
@@ -207,10 +207,10 @@ struct ForwardWorkspace {
 // written beside it, and the engine passes exactly that (so one forward's tiles serve one
 // backward, and the backward allocates no tile): a launch reads a chunk's rows of an input
 // before it writes that chunk's rows of the output over it, and no later launch reads the
-// input. S = h[n] (the saved trajectory). The full scan (LeanScan::full): the inter
-// adjoint forms Delta, dDelta, X_q, X_w and X_k. The lean scan (LeanScan::lean): aqk_dO forms Delta over
-// U, the inter adjoint dDelta over AqkT_dO and X_k over Kbar, and the intra adjoint X_q and
-// X_w over sQ and W (which the scan still reads). Delta and X_k (= Delta S'^T) feed every
+// input. S = h[n] (the saved trajectory); Delta = U - W S is the forward scan's. The full scan
+// (LeanScan::full): the inter adjoint forms dDelta, X_q, X_w and X_k. The lean scan
+// (LeanScan::lean): the inter adjoint dDelta over AqkT_dO and X_k over Kbar, and the intra
+// adjoint X_q and X_w over sQ and W (which the scan still reads). Delta and X_k (= Delta S'^T) feed every
 // gate gradient; they are fp32 because in bf16 they are the two largest sources of error in
 // dA_log, a per-head sum of cancelling terms (docs/notes-kda.md, "bf16 dA_log"). The fp32
 // Kbar / X_k tile is paid for by splitting the backward: Aqk is dead after aqk_dO, so the
@@ -219,14 +219,13 @@ struct BackwardWorkspace {
   // the forward's saved tiles (ForwardWorkspace)
   const void* Aqk = nullptr;     // [B, H, Tp, C] dtype  read by aqk_dO only (null for adjoints)
   const void* W = nullptr;       // [B, H, Tp, D] dtype
-  const float* U = nullptr;      // [B, H, Tp, D] fp32
   const void* sQ = nullptr;      // [B, H, Tp, D] dtype  scale Q~
   const float* Kbar = nullptr;   // [B, H, Tp, D] fp32
   const float* gamma = nullptr;  // [B, H, NT, D] fp32
   // formed tiles; last columns: the launch that writes it (full scan / lean scan), the input
   // buffer it may alias
   void* AqkT_dO = nullptr;    // [B, H, Tp, D] dtype  A_qk^T dO              aqk_dO
-  float* Delta = nullptr;     // [B, H, Tp, D] fp32   Delta = U - W S        inter adj / aqk_dO     U
+  float* Delta = nullptr;     // [B, H, Tp, D] fp32   Delta = U - W S        forward scan (saved)   U
   void* dDelta = nullptr;     // [B, H, Tp, D] dtype  A_qk^T dO + Kbar S'    inter adjoint          AqkT_dO
   float* Xk = nullptr;        // [B, H, Tp, D] fp32   X_k = Delta S'^T       inter adjoint          Kbar
   float* dgamma_s = nullptr;  // [B, H, NT, D] fp32   e^gamma sum_v S * S'   inter adjoint
@@ -297,7 +296,7 @@ int inter_adjoint_split(int64_t bh, int sms, int D, DType dtype);
 // FusedArgs::lean_scan's choice for B*H sequences on `sms` SMs with the given scan split:
 // lean when split > 1 or B*H is at most a share of the SMs that depends on dtype and head
 // dim, else full: bf16 8 * B*H <= 3 * sms, f32 D64 4 * B*H <= sms, f32 D128 2 * B*H <= sms.
-// The lean form wins while the scan leaves SMs idle for aqk_dO's extra work, the full form once
+// The lean form wins while the scan leaves SMs idle for the intra adjoint's extra work, the full form once
 // the sequences fill the GPU; the thresholds are where the two cross on the H200 (figures:
 // docs/notes-kda.md, "The figures behind the code's choices").
 LeanScan lean_scan_pick(int64_t bh, int sms, int split, int D, DType dtype);
@@ -339,7 +338,7 @@ void fused_backward_cuda(const FusedArgs& a, const BackwardWorkspace& ws, void* 
 // FusedArgs::scan_group as the CUDA backward will run it: the argument unless 0; else the
 // environment variable LINTRAIN_KDA_SCAN_GROUP (chunks per group, read once per process); else
 // scan_group_pick on the current device; NT where the one-level scan runs. A caller that runs
-// the backward in two parts passes it to both (the aqk_dO launch's form depends on it).
+// the backward in two parts passes it to both.
 int resolve_scan_group_cuda(const FusedArgs& a);
 // FusedArgs::scan_first as the CUDA backward will run it (`a` with scan_group resolved): the
 // argument unless pick; else the environment variable LINTRAIN_KDA_SCAN_FIRST (serial |

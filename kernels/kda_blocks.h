@@ -33,24 +33,24 @@
 //                                     Qp = scale Q~ - A_qk W, Kbar, Ob = A_qk U, gamma, and,
 //                                     kept for the backward, sQ = scale Q~ and Aqk
 //   inter      (fwd)  grid NV*B*H   : per V tile of 16 columns, sequential over chunks:
-//                                     h[n] = S; Delta = U - W S; O = Ob + Qp S;
-//                                     S <- e^gamma S + Kbar^T Delta; or the two-level scan
+//                                     h[n] = S; Delta = U - W S (saved over U);
+//                                     O = Ob + Qp S; S <- e^gamma S + Kbar^T Delta; or the
+//                                     two-level scan
 //                                     (FusedArgs::fwd_group): every group's state map at
 //                                     once, a chain of one product a group, then every
 //                                     group's scan at once (kernels/kda/scan.h)
 //   aqk_dO     (bwd)  grid NT*B*H   : AqkT_dO = A_qk^T dO from the saved Aqk (the forward's
-//                                     W, U, scale Q~, Kbar and gamma are reused as saved:
-//                                     the backward recomputes no intra-chunk product);
-//                                     lean scan: also Delta = U - W S, S = h[n] (over U)
+//                                     W, Delta, scale Q~, Kbar and gamma are reused as saved:
+//                                     the backward recomputes no intra-chunk product)
 //   inter_adjoint     grid B*H      : reverse over chunks with S' (dS after the chunk):
-//                                     Delta = U - W S (full scan), dDelta = A_qk^T dO + Kbar S',
+//                                     dDelta = A_qk^T dO + Kbar S',
 //                                     X_q = dO S^T, X_w = dDelta S^T (full scan),
 //                                     X_k = Delta S'^T, dgamma_s = e^gamma sum_v S S',
 //                                     S' <- e^gamma S' + scale Q~^T dO - W^T dDelta
 //                                     (in place over the saved tiles; no dS trajectory).
 //                                     The lean scan (FusedArgs::lean_scan, picked where the
 //                                     scan runs on few SMs) forms only the products that
-//                                     need S', the chunk-parallel launches the other three
+//                                     need S', the intra adjoint the other two
 //                     or grid NV*B*H: clusters of NV = 2 or 4 blocks per (b, h) (4 where
 //                                     B*H is small: kda.h inter_adjoint_split), each owning
 //                                     D/NV state columns (dDelta, S') and D/NV K rows

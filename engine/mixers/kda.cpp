@@ -442,12 +442,11 @@ KdaGrads fused_backward_path(KdaSaved& sv, const Tensor& dO_, const Tensor& dht_
     a.scan_first = kda::resolve_scan_first_cuda(a);
   }
 #endif
-  // The saved tiles are read and rewritten in place (kernels/kda.h): Xw over W, Delta over U,
-  // Xq over sQ, Xk over Kbar, dDelta over AqkT_dO.
+  // The saved tiles are read and rewritten in place (kernels/kda.h): Xw over W, Xq over sQ,
+  // Xk over Kbar, dDelta over AqkT_dO; Delta is the forward scan's, saved over U.
   kda::BackwardWorkspace ws;
   ws.W = ws.Xw = sv.W.data_ptr();
   ws.Delta = sv.U.data<float>();
-  ws.U = ws.Delta;
   ws.sQ = ws.Xq = sv.sQ.data_ptr();
   ws.Xk = sv.Kbar.data<float>();
   ws.Kbar = ws.Xk;

@@ -130,9 +130,7 @@ struct Cfg {
   // five operand tiles [C][LR]; two warp-partial arrays; beta; the segment offsets; the warps'
   // start counts; the warp sums.
   static constexpr int kIntraAdjRowsFloats = 4 * CC + 8 * C * LR + 2 * NW_R * D + 2 * C + 2 * NW_R + 1;
-  static constexpr int kAqkLH = KS + 8;                                     // row stride of aqk_dO's h[n] slice
-  static constexpr int kAqkFloatsFull = CC + SLICE;                         // aqk_dO of the full scan
-  static constexpr int kAqkFloats = CC + 2 * SLICE + C * LDA + D * kAqkLH;  // of the lean scan
+  static constexpr int kAqkFloats = CC + SLICE;  // aqk_dO: A_qk and a dO slice
   static constexpr int kInterFloats = 3 * C * LDA + 3 * C * LBV + D * LBV + D;
   // the two-level forward scan (kernels/kda/scan.h): its first level (ScanRole::group_map, the
   // inter layout with Delta and S 2 BV columns wide) and its chain (M_g and two state tiles)

@@ -196,10 +196,8 @@ void check_workspace(const BackwardWorkspace& ws, BackwardLaunches part) {
   auto fail = [](const std::string& what) { throw std::invalid_argument("kda fused: backward workspace " + what); };
   if (!ws.AqkT_dO || !ws.counters) fail("AqkT_dO or counters missing");
   if (part != BackwardLaunches::adjoints && !ws.Aqk) fail("Aqk (A_qk, read by the aqk_dO launch) missing");
-  if (part != BackwardLaunches::adjoints && (!ws.W || !ws.U || !ws.Delta))
-    fail("W, U or Delta (read and written by the aqk_dO launch of the lean scan) missing");
-  if (part != BackwardLaunches::aqk_dO && (!ws.W || !ws.U || !ws.sQ || !ws.Kbar || !ws.gamma))
-    fail("saved tile missing (W, U, sQ, Kbar or gamma)");
+  if (part != BackwardLaunches::aqk_dO && (!ws.W || !ws.sQ || !ws.Kbar || !ws.gamma))
+    fail("saved tile missing (W, sQ, Kbar or gamma)");
   if (part != BackwardLaunches::aqk_dO &&
       (!ws.Xw || !ws.Delta || !ws.Xq || !ws.Xk || !ws.dDelta || !ws.dgamma_s || !ws.partials))
     fail("adjoint tile or scratch missing (Xw, Delta, Xq, Xk, dDelta, dgamma_s or partials)");

@@ -8,9 +8,9 @@ namespace lt::kda::KDA_BLOCKS_NS {
 
 // ======================================================================================
 // inter adjoint (backward, reverse scan), one block per (b, h), full V
-// kTC: products on tensor cores; else fp32 CUDA cores. kLean (LeanScan::lean, a
-// template parameter so that neither form pays for the other's branch): Delta comes from
-// aqk_dO and X_q, X_w are left to the intra adjoint, so a row block forms dDelta, X_k and the
+// kTC: products on tensor cores; else fp32 CUDA cores. Delta is the forward scan's (saved over
+// U). kLean (LeanScan::lean, a template parameter so that neither form pays for the other's
+// branch): X_q, X_w are left to the intra adjoint, so a row block forms dDelta, X_k and the
 // S' update only; S = h[n] is then read by dgamma_s alone. Group g (the two-level scan's
 // second level, FusedArgs::scan_group; lean only): chunks [lo, hi) from the S' that the first
 // level (kernels/kda/state_adjoint.h) left at hi.
@@ -41,17 +41,16 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   static_assert(TN % NACC_T == 0, "a warp's S' tiles share one row of tiles (one A operand)");
   const int64_t NT = dm.NT(), Tp = dm.Tp();
   const T* dO = static_cast<const T*>(a.dO);
-  constexpr bool lean = kLean;               // the form is compiled in: no branch in the step
-  const float* Ug = lean ? ws.Delta : ws.U;  // the rows loaded into Ur
-  float* S = smem;                           // [D][LD]  h[n]
-  float* Sp = S + D * LD;                    // [D][LD]  S' = dL/dS after chunk n
-  float* Wr = Sp + D * LD;                   // [RB][LD] W rows
-  float* Qr = Wr + RB * LD;                  // [RB][LD] scale Q~ rows
-  float* Kr = Qr + RB * LD;                  // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;                  // [RB][LD] U -> Delta (lean: Delta)
-  float* Or = Ur + RB * LD;                  // [RB][LD] dO
-  float* Dr = Or + RB * LD;                  // [RB][LD] A_qk^T dO -> dDelta
-  float* eg = Dr + RB * LD;                  // [D]
+  constexpr bool lean = kLean;  // the form is compiled in: no branch in the step
+  float* S = smem;              // [D][LD]  h[n]
+  float* Sp = S + D * LD;       // [D][LD]  S' = dL/dS after chunk n
+  float* Wr = Sp + D * LD;      // [RB][LD] W rows
+  float* Qr = Wr + RB * LD;     // [RB][LD] scale Q~ rows
+  float* Kr = Qr + RB * LD;     // [RB][LD] Kbar rows
+  float* Ur = Kr + RB * LD;     // [RB][LD] Delta
+  float* Or = Ur + RB * LD;     // [RB][LD] dO
+  float* Dr = Or + RB * LD;     // [RB][LD] A_qk^T dO -> dDelta
+  float* eg = Dr + RB * LD;     // [D]
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -112,7 +111,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       pW[m] = ld_pair(static_cast<const T*>(ws.W), gi);
       pQ[m] = ld_pair(static_cast<const T*>(ws.sQ), gi);
       pK[m] = ld_pair(static_cast<const float*>(ws.Kbar), gi);
-      pU[m] = ld_pair(Ug, gi);
+      pU[m] = ld_pair(static_cast<const float*>(ws.Delta), gi);
       pD[m] = ld_pair(static_cast<const T*>(ws.AqkT_dO), gi);
       pO[m] = t0 + r < dm.T ? ld_pair(dO, ((b * dm.T + t0 + r) * dm.H + h) * D + i) : Pair<T>{};
     }
@@ -151,14 +150,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         fetch_state(n - 1);
       }
       blk.sync();  // also orders the S / eg stores above
-      // Delta = U - W S (not lean), dDelta = A_qk^T dO + Kbar S'  (in place over U, dD0)
+      // dDelta = A_qk^T dO + Kbar S'  (in place over dD0)
       if constexpr (kTC) {
         const int ti = warp * TPW, m0 = (ti / TN) * 16, n0 = (ti % TN) * 8;  // tiles (m0, n0 + 8 w), w < TPW
-        float p[4 * TPW] = {}, q[4 * TPW] = {};
-        if (!lean)
-          mma_acc_block<kSplit, 1, TPW>(
-              blk, p, D, [&](int, int r, int k) { return Wr[(m0 + r) * LD + k]; },
-              [&](int w, int k, int c) { return S[k * LD + n0 + 8 * w + c]; });
+        float q[4 * TPW] = {};
         mma_acc_block<kSplit, 1, TPW>(
             blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
             [&](int w, int k, int c) { return Sp[k * LD + n0 + 8 * w + c]; });
@@ -170,30 +165,21 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
             frag_rc(lane, e, r, c);
             r += m0;
             const int j = n0 + 8 * w + c;
-            float dl[2], dd[2];
+            float dd[2];
             for (int u = 0; u < 2; ++u) {
-              dl[u] = Ur[r * LD + j + u] - p[4 * w + e + u];
               dd[u] = Dr[r * LD + j + u] + q[4 * w + e + u];
-              Ur[r * LD + j + u] = dl[u];
               Dr[r * LD + j + u] = dd[u];
             }
-            if (!lean) st2(ws.Delta, (row0 + r) * D + j, dl[0], dl[1]);  // (lean: p = 0, Ur unchanged)
             st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
           }
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
           const int r = e / D, j = e % D;
-          float dl = Ur[r * LD + j], dd = Dr[r * LD + j];
-          for (int i = 0; i < D; ++i) {
-            if (!lean) dl -= Wr[r * LD + i] * S[i * LD + j];
-            dd += Kr[r * LD + i] * Sp[i * LD + j];
-          }
-          Ur[r * LD + j] = dl;
+          float dd = Dr[r * LD + j];
+          for (int i = 0; i < D; ++i) dd += Kr[r * LD + i] * Sp[i * LD + j];
           Dr[r * LD + j] = dd;
-          const int64_t gi = (row0 + r) * D + j;
-          if (!lean) st(ws.Delta, gi, dl);
-          st(static_cast<T*>(ws.dDelta), gi, dd);
+          st(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd);
         }
       }
       blk.sync();
@@ -327,7 +313,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 //         and dgamma_s read them). After each chunk's update a block exports the rows of its
 //         columns that the peers own to a double-buffered export tile E, and every block
 //         gathers its own rows of the other columns from the peers' E (DSMEM);
-//   Delta the full rows, from global memory (aqk_dO formed it);
+//   Delta the full rows, from global memory (the forward scan saved it);
 //   dDelta its own columns only (phase A writes them, phase B's S' accumulator reads them).
 // No partial sums: every output element is computed by one block, with the same operands in
 // the same order as the single-block program, so the results are bit-identical to it.
@@ -341,7 +327,7 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
 //     block ahead, never further).
 //   A peer reads E[n % 2] between the cluster syncs of chunks n and n - 1; this block writes
 //     E[n % 2] again at chunk n - 2, after the cluster sync of chunk n - 1.
-// The split scan is always lean (FusedArgs::lean_scan: Delta from aqk_dO, X_q and X_w from
+// The split scan is always lean (FusedArgs::lean_scan: X_q and X_w from
 // the intra adjoint). Blk provides cluster_sync() (barrier of all the cluster's threads, with
 // release / acquire of their shared-memory writes) and peer(p, rank) (the address of p in
 // block `rank`'s shared memory).
@@ -414,7 +400,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   float* Wr = Sp + D * LD;            // [RB][LD] W rows
   float* Qr = Wr + RB * LD;           // [RB][LD] scale Q~ rows
   float* Kr = Qr + RB * LD;           // [RB][LD] Kbar rows
-  float* Ur = Kr + RB * LD;           // [RB][LD] Delta rows (formed by aqk_dO)
+  float* Ur = Kr + RB * LD;           // [RB][LD] Delta rows (saved by the forward scan)
   float* Or = Ur + RB * LD;           // [RB][LD] dO
   float* Dr = Or + RB * LD;           // [RB][LD] A_qk^T dO -> dDelta (own columns)
   float* E = Dr + RB * LD;            // [2][D - VT][LX] export: own columns of the peers' rows (erow)

@@ -19,6 +19,9 @@ namespace lt::kda::KDA_BLOCKS_NS {
 // group_map forms Delta = U - W S and the S update only (no Qp, Ob, O, h[n]) and leaves S in
 // rows of h not yet written (local: h[hi], transition: h[lo + 1]; why these:
 // kernels/kda/block_products.h, fwd_groups).
+// full saves each chunk's Delta = U - W h[n] over its rows of U once it has read them (the
+// backward reads Delta, never U; group_map's Delta starts from a group-local state, so it
+// saves nothing, and every full block of a group starts after that group's group_map blocks).
 enum class ScanRole { full, group_map };
 
 // The two-level forward scan (FusedArgs::fwd_group): its layout, counters and stash are
@@ -151,9 +154,12 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
             const int j = n0 + 8 * u + c;
             // U's columns, and U = 0 on the transition's (j, j + 1 on one side: BV is even)
             const bool u_col = kO || j < BV;
-            Ds[(m0 + r) * LBW + j] = (u_col ? Us[(m0 + r) * LBV + j] : 0.0f) - ws_[e];
-            Ds[(m0 + r) * LBW + j + 1] = (u_col ? Us[(m0 + r) * LBV + j + 1] : 0.0f) - ws_[e + 1];
+            const float d0 = (u_col ? Us[(m0 + r) * LBV + j] : 0.0f) - ws_[e];
+            const float d1 = (u_col ? Us[(m0 + r) * LBV + j + 1] : 0.0f) - ws_[e + 1];
+            Ds[(m0 + r) * LBW + j] = d0;
+            Ds[(m0 + r) * LBW + j + 1] = d1;
             if constexpr (kO) {
+              st2(ws.U, (bh * Tp + t0 + m0 + r) * D + v0 + j, d0, d1);  // Delta saved over U
               const float* oo = acc + 4 * (NA - 1) * NG1 + 4 * u;
               if (t0 + m0 + r < dm.T) st2(o, ((b * dm.T + t0 + m0 + r) * dm.H + h) * D + v0 + j, oo[e], oo[e + 1]);
             }
@@ -181,6 +187,7 @@ KDA_DEV void inter_program(const FusedArgs& a, const ForwardWorkspace& ws, Blk& 
       for (int m = 0; m < RM; ++m) {
         const int r = rg + m * RG;
         Ds[r * LBV + j] = dl[m];
+        st(ws.U, (bh * Tp + t0 + r) * D + v0 + j, dl[m]);  // Delta saved over U
         if constexpr (kO)
           if (t0 + r < dm.T) st(o, ((b * dm.T + t0 + r) * dm.H + h) * D + v0 + j, oo[m]);
       }

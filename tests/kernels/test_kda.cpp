@@ -99,8 +99,8 @@ Result run_fused_twin(const Case& c, const Data& x) {
   a.h = h.data();
   fused_forward_cpu(a, fw);
 
-  // The backward keeps the forward's saved tiles (W, U, sQ, Kbar, Aqk, gamma: kernels/kda.h)
-  // and rewrites them in place, as the engine runs it (Xw over W, Delta over U, Xq over sQ,
+  // The backward keeps the forward's saved tiles (W, Delta over U, sQ, Kbar, Aqk, gamma:
+  // kernels/kda.h) and rewrites them in place, as the engine runs it (Xw over W, Xq over sQ,
   // Xk over Kbar); everything else it reads must be rebuilt, so the forward-only Qp / Ob are
   // poisoned and Ob's storage serves as AqkT_dO / dDelta.
   Qp.poison();
@@ -335,7 +335,7 @@ TEST_CASE("KDA fused backward parts: argument checks name what each part is miss
   a.dO = p;
   BackwardWorkspace ws;
   ws.W = ws.sQ = ws.AqkT_dO = ws.Xw = ws.Xq = ws.dDelta = p;
-  ws.U = ws.Kbar = ws.gamma = dummy;
+  ws.Kbar = ws.gamma = dummy;
   ws.Delta = ws.Xk = ws.dgamma_s = ws.partials = dummy;
   ws.counters = reinterpret_cast<uint32_t*>(dummy);
   auto message = [&](BackwardLaunches part) -> std::string {

@@ -86,8 +86,8 @@ Result run_fused_cuda(const Case& c, const Data& x) {
   a.h = static_cast<float*>(dev.get(trajectory_bytes(d)));
   const WorkspaceBytes wb = workspace_bytes(d, c.dtype);
   // Forward workspace (every buffer NaN-poisoned by Dev::get); the backward keeps the
-  // forward's saved tiles (W, U, sQ, Kbar, Aqk, gamma: kernels/kda.h) and rewrites them in
-  // place as the engine runs it (Xw over W, Delta over U, Xq over sQ, Xk over Kbar), and gets
+  // forward's saved tiles (W, Delta over U, sQ, Kbar, Aqk, gamma: kernels/kda.h) and rewrites
+  // them in place as the engine runs it (Xw over W, Xq over sQ, Xk over Kbar), and gets
   // a fresh poisoned AqkT_dO (= dDelta) / dgamma_s / partials / counters; Qp / Ob are unused.
   ForwardWorkspace fw;
   fw.W = dev.get(wb.tile);

@@ -342,14 +342,14 @@ struct Typed {
 };
 
 // The backward's workspace as the engine lays it out over the forward's: it keeps the saved
-// tiles (W, U, sQ, Kbar, Aqk, gamma) and rewrites them in place (X_w over W, Delta over U, X_q
-// over sQ, X_k over Kbar); A_qk^T dO and dDelta share `aqkT_dO` (kernels/kda.h).
+// tiles (W, sQ, Kbar, Aqk, gamma, and Delta, which the forward scan saved over U) and rewrites
+// them in place (X_w over W, X_q over sQ, X_k over Kbar); A_qk^T dO and dDelta share
+// `aqkT_dO` (kernels/kda.h).
 inline BackwardWorkspace backward_workspace(const ForwardWorkspace& fw, void* aqkT_dO, float* dgamma_s, float* partials,
                                             uint32_t* counters) {
   BackwardWorkspace ws;
   ws.Aqk = fw.Aqk;
   ws.W = fw.W;
-  ws.U = fw.U;
   ws.sQ = fw.sQ;
   ws.Kbar = fw.Kbar;
   ws.gamma = fw.gamma;

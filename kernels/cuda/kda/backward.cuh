@@ -100,14 +100,13 @@ void launch_backward(const FusedArgs& args, const BackwardWorkspace& ws, cudaStr
   auto* kda_bwd_inter_adjoint_full = &kda_inter_adjoint_kernel<G, T, kTC, false>;
   auto* kda_bwd_inter_adjoint_lean = &kda_inter_adjoint_kernel<G, T, kTC, true>;
   auto* kda_bwd_inter_adjoint = lean ? kda_bwd_inter_adjoint_lean : kda_bwd_inter_adjoint_full;
-  const size_t smem_aq = (a.lean_scan == LeanScan::lean ? G::kAqkFloats : G::kAqkFloatsFull) * sizeof(float);
-  const size_t smem_aq_max = G::kAqkFloats * sizeof(float);
+  const size_t smem_aq = G::kAqkFloats * sizeof(float);
   const size_t smem_adj = G::kAdjFloats * sizeof(float);
   auto* kda_bwd_inter_adjoint_two_level = &kda_inter_adjoint_two_level_kernel<G, T, kTC>;
   using SA = blocks::StateAdjCfg<G>;
   const size_t smem_two = std::max({G::kAdjFloats, SA::kFloats, SA::kMapFloats, SA::kChainFloats}) * sizeof(float);
   static const bool once = [&] {
-    allow_smem(kda_bwd_aqk_dO, smem_aq_max);
+    allow_smem(kda_bwd_aqk_dO, smem_aq);
     allow_smem(kda_bwd_inter_adjoint_full, smem_adj);
     allow_smem(kda_bwd_inter_adjoint_lean, smem_adj);
     allow_smem(kda_bwd_inter_adjoint_two_level, smem_two);
