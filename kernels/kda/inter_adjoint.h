@@ -51,6 +51,17 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   float* Or = Ur + RB * LD;     // [RB][LD] dO
   float* Dr = Or + RB * LD;     // [RB][LD] A_qk^T dO -> dDelta
   float* eg = Dr + RB * LD;     // [D]
+  // bf16 inputs on tensor cores (kBf): the S' update's operands stage as bf16 tiles over Qr
+  // and Wr, At = [scale Q~ | -W] and Bt = [dO | dDelta] (row stride LP = 2 D + 8 elements: the
+  // bytes of an LD row; ldmatrix rows 16-byte aligned and conflict-free; state_update_bf16).
+  // Qr and Wr then hold no fp32 copy; Or and Dr keep theirs where the X products read them.
+  // Not in the full form at D = 64 (warp roles): there it spills (64 bytes a thread, ptxas),
+  // and that form is compared bit for bit with no other.
+  constexpr bool kBf = kTC && std::is_same_v<T, bfloat16> && (kLean || !kRoles);
+  constexpr int LP = 2 * D + 8;
+  static_assert(2 * LP == 4 * LD && RB % 16 == 0);
+  auto* At = reinterpret_cast<bfloat16*>(Qr);
+  auto* Bt = reinterpret_cast<bfloat16*>(Wr);
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -136,12 +147,19 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       for (int m = 0; m < MR / 2; ++m) {
         const int e = 2 * (tid + m * NT_);
         const int r = e / D, i = e % D;
-        sts2(Wr + r * LD + i, pW[m]);
-        sts2(Qr + r * LD + i, pQ[m]);
+        if constexpr (kBf) {
+          sts_bits(At + r * LP + i, pQ[m].bits);
+          sts_bits(At + r * LP + D + i, pW[m].bits ^ 0x80008000u);  // -W: the sign bits flipped
+          sts_bits(Bt + r * LP + i, pO[m].bits);
+          if (!lean) sts2(Or + r * LD + i, pO[m]);  // X_q reads dO in fp32
+        } else {
+          sts2(Wr + r * LD + i, pW[m]);
+          sts2(Qr + r * LD + i, pQ[m]);
+          sts2(Or + r * LD + i, pO[m]);
+        }
         sts2(Kr + r * LD + i, pK[m]);
         sts2(Ur + r * LD + i, pU[m]);
         sts2(Dr + r * LD + i, pD[m]);
-        sts2(Or + r * LD + i, pO[m]);
       }
       if (rb + 1 < C / RB) {
         fetch_rows(n, rb + 1);
@@ -168,9 +186,10 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
             float dd[2];
             for (int u = 0; u < 2; ++u) {
               dd[u] = Dr[r * LD + j + u] + q[4 * w + e + u];
-              Dr[r * LD + j + u] = dd[u];
+              if (!kBf || !lean) Dr[r * LD + j + u] = dd[u];  // (kBf: the S' update reads Bt)
             }
             st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, dd[0], dd[1]);
+            if constexpr (kBf) st2(Bt, r * LP + D + j, dd[0], dd[1]);  // rounded as stored
           }
         }
       } else {
@@ -215,12 +234,16 @@ KDA_DEV void inter_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         }
         if (!kRoles || warp >= NXW) {  // this warp's NACC_T S' tiles: one row of tiles (m0)
           const int ti = (warp - (kRoles ? NXW : 0)) * NACC_T, m0 = (ti / TN) * 16, c0 = (ti % TN) * 8;
-          mma_acc_block<kSplit, 1, NACC_T>(
-              blk, acc, RB, [&](int, int r, int k) { return Qr[k * LD + m0 + r]; },
-              [&](int u, int k, int c) { return Or[k * LD + c0 + 8 * u + c]; });
-          mma_acc_block<kSplit, 1, NACC_T>(
-              blk, acc, RB, [&](int, int r, int k) { return -Wr[k * LD + m0 + r]; },
-              [&](int u, int k, int c) { return Dr[k * LD + c0 + 8 * u + c]; });
+          if constexpr (kBf) {
+            state_update_bf16<NACC_T>(blk, acc, At, At + D, LP, Bt, Bt + D, LP, m0, c0, 0, RB);
+          } else {
+            mma_acc_block<kSplit, 1, NACC_T>(
+                blk, acc, RB, [&](int, int r, int k) { return Qr[k * LD + m0 + r]; },
+                [&](int u, int k, int c) { return Or[k * LD + c0 + 8 * u + c]; });
+            mma_acc_block<kSplit, 1, NACC_T>(
+                blk, acc, RB, [&](int, int r, int k) { return -Wr[k * LD + m0 + r]; },
+                [&](int u, int k, int c) { return Dr[k * LD + c0 + 8 * u + c]; });
+          }
         }
       } else {
         for (int e = tid; e < RB * D; e += NT_) {
@@ -406,6 +429,13 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
   float* E = Dr + RB * LD;            // [2][D - VT][LX] export: own columns of the peers' rows (erow)
   float* Xs = E + 2 * (D - VT) * LX;  // [C][LX] X_k of the chunk: own K rows (columns of Xs)
   float* eg = Xs + C * LX;            // [D]
+  // bf16 inputs on tensor cores: the S' update's operands as bf16 tiles over Qr and Wr, as in
+  // the single-block program (At = [scale Q~ | -W], Bt = [dO | dDelta own columns])
+  constexpr bool kBf = kTC && std::is_same_v<T, bfloat16>;
+  constexpr int LP = 2 * D + 8;
+  static_assert(2 * LP == 4 * LD);
+  auto* At = reinterpret_cast<bfloat16*>(Qr);
+  auto* Bt = reinterpret_cast<bfloat16*>(Wr);
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -486,11 +516,17 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
       for (int m = 0; m < MR; ++m) {
         const int e = 2 * (tid + m * NT_);
         const int r = e / D, i = e % D;
-        sts2(Wr + r * LD + i, pW[m]);
-        sts2(Qr + r * LD + i, pQ[m]);
+        if constexpr (kBf) {
+          sts_bits(At + r * LP + i, pQ[m].bits);
+          sts_bits(At + r * LP + D + i, pW[m].bits ^ 0x80008000u);  // -W
+          sts_bits(Bt + r * LP + i, pO[m].bits);
+        } else {
+          sts2(Wr + r * LD + i, pW[m]);
+          sts2(Qr + r * LD + i, pQ[m]);
+          sts2(Or + r * LD + i, pO[m]);
+        }
         sts2(Kr + r * LD + i, pK[m]);
         sts2(Ur + r * LD + i, pU[m]);
-        sts2(Or + r * LD + i, pO[m]);
       }
       KDA_UNROLL
       for (int m = 0; m < MRV; ++m) {
@@ -526,6 +562,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
               *x = v[u];
             }
             st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, v[0], v[1]);
+            if constexpr (kBf) st2(Bt, r * LP + D + j, v[0], v[1]);  // rounded as stored
           }
         }
       } else {
@@ -557,13 +594,17 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
         KDA_UNROLL
         for (int u = 0; u < SC::NACC_T; ++u) {
           const int ti = warp * SC::NACC_T + u, m0 = (ti / TNV) * 16, n0 = c0 + (ti % TNV) * 8;
-          float(&ac)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
-          mma_acc<kSplit>(
-              blk, ac, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
-              [&](int k, int c) { return Or[k * LD + n0 + c]; });
-          mma_acc<kSplit>(
-              blk, ac, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
-              [&](int k, int c) { return Dr[k * LD + n0 + c]; });
+          if constexpr (kBf) {
+            state_update_bf16<1>(blk, acc + 4 * u, At, At + D, LP, Bt, Bt + D, LP, m0, n0, 0, RB);
+          } else {
+            float(&ac)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
+            mma_acc<kSplit>(
+                blk, ac, RB, [&](int r, int k) { return Qr[k * LD + m0 + r]; },
+                [&](int k, int c) { return Or[k * LD + n0 + c]; });
+            mma_acc<kSplit>(
+                blk, ac, RB, [&](int r, int k) { return -Wr[k * LD + m0 + r]; },
+                [&](int k, int c) { return Dr[k * LD + n0 + c]; });
+          }
         }
       } else {
         for (int e = tid; e < RB * VT; e += NT_) {

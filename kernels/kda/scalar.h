@@ -126,6 +126,15 @@ KDA_DEV void sts2(float* p, float v0, float v1) {
   p[1] = v1;
 #endif
 }
+// A loaded bf16 pair to p[0], p[1] as it is (shared memory, p 4-byte aligned): one 32-bit store.
+KDA_DEV void sts_bits(bfloat16* p, uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint32_t*>(p) = bits;
+#else
+  p[0] = bfloat16::from_bits(static_cast<uint16_t>(bits & 0xffffu));
+  p[1] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
+#endif
+}
 // A loaded pair, converted, to p[0], p[1] (shared memory, p 8-byte aligned).
 template <class T>
 KDA_DEV void sts2(float* p, const Pair<T>& x) {

@@ -9,6 +9,37 @@
 
 namespace lt::kda::KDA_BLOCKS_NS {
 
+// The S' update's products at bf16 inputs on tensor cores, acc (NB 16x8 tiles at rows m0,
+// columns n0 + 8 u) += (scale Q~)^T dO - W^T dDelta over rows [k0, k0 + K) of bf16 tiles: the A
+// operands stored K x M (scale Q~ at qa, -W at wa, row stride lda), the B operands K x N (dO at
+// ob, dDelta rounded to bf16 as it is stored at db, row stride ldb). Every operand is then a bf16
+// value (dDelta: the one the intra adjoint reads), so this is exact where TF32 was, and each k
+// step of 16 is two m16n8k16 a tile, Q~ then W, from ldmatrix fragments. Every scan form (one
+// block, split, two-level) calls it in this order, so their S' stay bit-identical.
+template <int NB, class Blk>
+KDA_DEV void state_update_bf16(Blk& blk, float* acc, const bfloat16* qa, const bfloat16* wa, int lda,
+                               const bfloat16* ob, const bfloat16* db, int ldb, int m0, int n0, int k0, int K) {
+  const auto* q = reinterpret_cast<const uint16_t*>(qa);
+  const auto* w = reinterpret_cast<const uint16_t*>(wa);
+  const auto* o = reinterpret_cast<const uint16_t*>(ob);
+  const auto* d = reinterpret_cast<const uint16_t*>(db);
+  KDA_UNROLL
+  for (int kk = k0; kk < k0 + K; kk += 16) {
+    uint32_t aq[4], aw[4];
+    blk.frag_a_t(aq, q, lda, m0, kk);
+    blk.frag_a_t(aw, w, lda, m0, kk);
+    KDA_UNROLL
+    for (int u = 0; u < NB; ++u) {
+      uint32_t bo[2], bd[2];
+      blk.frag_b_t(bo, o, ldb, kk, n0 + 8 * u);
+      blk.frag_b_t(bd, d, ldb, kk, n0 + 8 * u);
+      float(&t)[4] = *reinterpret_cast<float(*)[4]>(acc + 4 * u);
+      blk.mma_bf16(t, aq, bo);
+      blk.mma_bf16(t, aw, bd);
+    }
+  }
+}
+
 // Column j of S' depends on column j of A_qk^T dO and dO only:
 //   dDelta = A_qk^T dO + Kbar S',   S' <- e^gamma S' + (scale Q~)^T dO - W^T dDelta,
 // so a block owns BV columns and needs no exchange. It runs in the second level's grid (the
@@ -76,6 +107,15 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
   float* Dr = Or + C * LB;  // [C][LB] A_qk^T dO -> dDelta, own columns
   float* Sp = Dr + C * LB;  // [D][LB] S', own columns
   float* eg = Sp + D * LB;  // [D] e^gamma
+  // bf16 inputs on tensor cores (T bf16: this program is tensor-core only): the S' update's
+  // operands as bf16 tiles (state_update_bf16), At = [scale Q~ | -W] over Wr (row stride LP =
+  // 2 D + 8 elements, the bytes of an LD row) and Bt = [dO | dDelta] over Qr (own columns, row
+  // stride LQ = 2 BW + 8: ldmatrix rows 16-byte aligned and conflict-free); Or is then unused.
+  constexpr bool kBf = std::is_same_v<T, bfloat16>;
+  constexpr int LP = 2 * D + 8, LQ = 2 * BW + 8;
+  static_assert(2 * LP == 4 * LD && LQ <= LP && RB % 16 == 0);
+  auto* At = reinterpret_cast<bfloat16*>(Wr);
+  auto* Bt = reinterpret_cast<bfloat16*>(Qr);
   const int tid = blk.tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int64_t b = bh / dm.H, h = bh % dm.H;
@@ -89,7 +129,10 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
     }
   }
   if constexpr (kMap)  // dO is 0 on the transition's columns: set once, the loads fill [0, BV)
-    for (int e = tid; e < C * BV; e += NT_) Or[(e / BV) * LB + BV + e % BV] = 0.0f;
+    for (int e = tid; e < C * BV; e += NT_) {
+      if constexpr (kBf) Bt[(e / BV) * LQ + BV + e % BV] = bfloat16::from_bits(0);
+      else Or[(e / BV) * LB + BV + e % BV] = 0.0f;
+    }
   // Register prefetch one chunk ahead (as the one-block scan): the loads do not depend on S'.
   Pair<T> pW[MA], pQ[MA], pD[MB] = {}, pO[MB] = {};
   Pair<float> pK[MA];
@@ -120,8 +163,13 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       const int e = 2 * (tid + m * NT_);
       const int r = e / D, i = e % D;
       sts2(Kr + r * LD + i, pK[m]);
-      sts2(Wr + r * LD + i, pW[m]);
-      sts2(Qr + r * LD + i, pQ[m]);
+      if constexpr (kBf) {
+        sts_bits(At + r * LP + i, pQ[m].bits);
+        sts_bits(At + r * LP + D + i, pW[m].bits ^ 0x80008000u);  // -W
+      } else {
+        sts2(Wr + r * LD + i, pW[m]);
+        sts2(Qr + r * LD + i, pQ[m]);
+      }
     }
     KDA_UNROLL
     for (int m = 0; m < MB; ++m) {
@@ -129,7 +177,8 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       if (e >= C * BV) break;
       const int r = e / BV, j = e % BV;
       sts2(Dr + r * LB + j, pD[m]);
-      sts2(Or + r * LB + j, pO[m]);
+      if constexpr (kBf) sts_bits(Bt + r * LQ + j, pO[m].bits);
+      else sts2(Or + r * LB + j, pO[m]);
     }
     if (tid < D) eg[tid] = expf(pE);
     if (n > lo) fetch(n - 1);
@@ -142,9 +191,19 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       mma_acc_block<kSplit, 1, 1>(
           blk, q, D, [&](int, int r, int k) { return Kr[(m0 + r) * LD + k]; },
           [&](int, int k, int c) { return Sp[k * LB + n0 + c]; });
-      for_group_frags<1>(lane, m0, n0, [&](int, int e, int r, int c) {
-        Dr[r * LB + c] = (kMap && c >= BV ? 0.0f : Dr[r * LB + c]) + q[e];
-      });
+      KDA_UNROLL
+      for (int e = 0; e < 4; e += 2) {  // e, e + 1: columns c, c + 1 of row r
+        int r, c;
+        frag_rc(lane, e, r, c);
+        r += m0;
+        c += n0;
+        float v[2];
+        for (int u = 0; u < 2; ++u) {
+          v[u] = (kMap && c + u >= BV ? 0.0f : Dr[r * LB + c + u]) + q[e + u];
+          Dr[r * LB + c + u] = v[u];
+        }
+        if constexpr (kBf) st2(Bt, r * LQ + BW + c, v[0], v[1]);  // rounded as the scans store it
+      }
     }
     blk.sync();
     // S' <- e^gamma S' + sum over the row blocks of (scale Q~)^T dO - W^T dDelta: warp w takes
@@ -154,12 +213,16 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
       float acc[4 * TW] = {};
       for (int rb = 0; rb < C / RB; ++rb) {
         const int k0 = rb * RB;
-        mma_acc_block<kSplit, 1, TW>(
-            blk, acc, RB, [&](int, int r, int k) { return Qr[(k0 + k) * LD + m0 + r]; },
-            [&](int u, int k, int c) { return Or[(k0 + k) * LB + c0 + 8 * u + c]; });
-        mma_acc_block<kSplit, 1, TW>(
-            blk, acc, RB, [&](int, int r, int k) { return -Wr[(k0 + k) * LD + m0 + r]; },
-            [&](int u, int k, int c) { return Dr[(k0 + k) * LB + c0 + 8 * u + c]; });
+        if constexpr (kBf) {
+          state_update_bf16<TW>(blk, acc, At, At + D, LP, Bt, Bt + BW, LQ, m0, c0, k0, RB);
+        } else {
+          mma_acc_block<kSplit, 1, TW>(
+              blk, acc, RB, [&](int, int r, int k) { return Qr[(k0 + k) * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Or[(k0 + k) * LB + c0 + 8 * u + c]; });
+          mma_acc_block<kSplit, 1, TW>(
+              blk, acc, RB, [&](int, int r, int k) { return -Wr[(k0 + k) * LD + m0 + r]; },
+              [&](int u, int k, int c) { return Dr[(k0 + k) * LB + c0 + 8 * u + c]; });
+        }
       }
       auto at = [&](int u, int e, int& i) {
         int r, c;

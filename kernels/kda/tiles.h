@@ -115,6 +115,7 @@ KDA_DEV void mma_acc_block(Blk& blk, float* acc, int K, FA a_at, FB b_at) {
 // A bf16 tile is row-major bf16 bits in shared memory with a row stride of ld elements (ld % 8 == 0,
 // 16-byte aligned rows). The executor reads the fragments (layouts: kernels/cuda/mma.cuh):
 //   blk.frag_a(a, tile, ld, m0, k0)  A[m][k] = tile[(m0 + m) ld + k0 + k], 16 x 16 (ldmatrix .x4)
+//   blk.frag_a_t(a, tile, ld, m0, k0) A[m][k] = tile[(k0 + k) ld + m0 + m], A stored K x M (.x4.trans)
 //   blk.frag_b(b, tile, ld, k0, n0)  B[k][n] = tile[(n0 + n) ld + k0 + k], 16 x 8, B stored N x K (.x2)
 //   blk.frag_b_t(b, tile, ld, k0, n0) B[k][n] = tile[(k0 + k) ld + n0 + n], B stored K x N (.x2.trans)
 //   blk.mma_bf16(d, a, b)            d (16 x 8 fp32 C fragment) += A B

@@ -23,10 +23,10 @@ using lt::testing::test_seed;
 
 TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a float64 tile product",
           "[kda][twin][emu]") {
-  // C (M x N) = A (M x K, row-major) B, with B stored N x K (frag_b) and, as a second product, K x N
-  // (frag_b_t); every tile padded to LD columns whose padding is a NaN pattern: a fragment that
+  // C (M x N) = A (M x K, row-major) B, with B stored N x K (frag_b); as a second product B stored
+  // K x N (frag_b_t), as a third A stored K x M (frag_a_t); every tile padded to LD columns whose padding is a NaN pattern: a fragment that
   // reads past its tile poisons the result.
-  constexpr int M = 32, N = 16, K = 48, LD = K + 8, LDT = N + 8;
+  constexpr int M = 32, N = 16, K = 48, LD = K + 8, LDT = N + 8, LDAT = M + 8;
   std::mt19937_64 rng(test_seed() + 11);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   std::vector<uint16_t> A(M * LD, 0x7fc1), B(N * LD, 0x7fc1);
@@ -34,27 +34,32 @@ TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a f
     for (int k = 0; k < K; ++k) A[r * LD + k] = float_to_bf16_bits(u(rng));
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) B[n * LD + k] = float_to_bf16_bits(u(rng));
-  std::vector<uint16_t> Bt(K * LDT, 0x7fc1);
+  std::vector<uint16_t> Bt(K * LDT, 0x7fc1), At(K * LDAT, 0x7fc1);
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) Bt[k * LDT + n] = B[n * LD + k];
-  std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN()), Ct(C);
+  for (int r = 0; r < M; ++r)
+    for (int k = 0; k < K; ++k) At[k * LDAT + r] = A[r * LD + k];
+  std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN()), Ct(C), Ca(C);
   // Two warps; warp w takes the 16 x 8 tiles (mt, nt) with mt = w.
   kda::emu::emulate_grid(1, 64, 0, [&](kda::emu::EmuBlock& blk, int64_t, float*) {
     const int lane = blk.tid() % 32, mt = blk.tid() / 32, g = lane >> 2, t = lane & 3;
     for (int nt = 0; nt < N / 8; ++nt) {
-      float acc[4] = {}, acct[4] = {};
+      float acc[4] = {}, acct[4] = {}, acca[4] = {};
       for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t a[4], b[2], bt[2];
+        uint32_t a[4], at[4], b[2], bt[2];
         blk.frag_a(a, A.data(), LD, 16 * mt, k0);
+        blk.frag_a_t(at, At.data(), LDAT, 16 * mt, k0);
         blk.frag_b(b, B.data(), LD, k0, 8 * nt);
         blk.frag_b_t(bt, Bt.data(), LDT, k0, 8 * nt);
         blk.mma_bf16(acc, a, b);
         blk.mma_bf16(acct, a, bt);
+        blk.mma_bf16(acca, at, b);
       }
       for (int e = 0; e < 4; ++e) {
         const int i = (16 * mt + g + ((e & 2) ? 8 : 0)) * N + 8 * nt + 2 * t + (e & 1);
         C[i] = acc[e];
         Ct[i] = acct[e];
+        Ca[i] = acca[e];
       }
     }
   });
@@ -72,6 +77,7 @@ TEST_CASE("KDA CPU twin executor: bf16 fragments and m16n8k16 products equal a f
       INFO("C[" << r << "][" << n << "] = " << C[r * N + n] << ", float64 " << s << replay_hint());
       REQUIRE(err < K * 6e-8);
       REQUIRE(Ct[r * N + n] == C[r * N + n]);  // the same products in the same order
+      REQUIRE(Ca[r * N + n] == C[r * N + n]);
       worst = std::max(worst, err);
     }
   std::printf("[kda] emulated bf16 m16n8k16 tiles vs float64: worst %.2e of the terms' magnitude\n", worst);

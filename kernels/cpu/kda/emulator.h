@@ -124,6 +124,14 @@ class EmuBlock {
     a[2] = pair(tile, ld, m0 + g, k0 + 2 * t + 8);
     a[3] = pair(tile, ld, m0 + g + 8, k0 + 2 * t + 8);
   }
+  // A 16 x 16 at (m0, k0), stored K x M (ldmatrix .trans)
+  void frag_a_t(uint32_t (&a)[4], const uint16_t* tile, int ld, int m0, int k0) const {
+    const int lane = tid_ % 32, g = lane >> 2, t = lane & 3;
+    a[0] = column_pair(tile, ld, k0 + 2 * t, m0 + g);
+    a[1] = column_pair(tile, ld, k0 + 2 * t, m0 + g + 8);
+    a[2] = column_pair(tile, ld, k0 + 2 * t + 8, m0 + g);
+    a[3] = column_pair(tile, ld, k0 + 2 * t + 8, m0 + g + 8);
+  }
   void frag_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) const {
     const int lane = tid_ % 32, g = lane >> 2, t = lane & 3;
     b[0] = pair(tile, ld, n0 + g, k0 + 2 * t);

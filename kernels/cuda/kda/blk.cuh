@@ -50,6 +50,9 @@ struct CudaBlk {
   __device__ void frag_a(uint32_t (&a)[4], const uint16_t* tile, int ld, int m0, int k0) {
     tc::load_a(a, reinterpret_cast<const tc::bf16*>(tile), ld, m0, k0);
   }
+  __device__ void frag_a_t(uint32_t (&a)[4], const uint16_t* tile, int ld, int m0, int k0) {
+    tc::load_a_trans(a, reinterpret_cast<const tc::bf16*>(tile), ld, m0, k0);
+  }
   __device__ void frag_b(uint32_t (&b)[2], const uint16_t* tile, int ld, int k0, int n0) {
     tc::load_b(b, reinterpret_cast<const tc::bf16*>(tile), ld, k0, n0);
   }
