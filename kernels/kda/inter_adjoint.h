@@ -559,7 +559,7 @@ KDA_DEV void inter_adjoint_split_program(const FusedArgs& a, const BackwardWorks
             for (int u = 0; u < 2; ++u) {
               float* x = Dr + r * LD + j + u;
               v[u] = *x + p[e + u];
-              *x = v[u];
+              if constexpr (!kBf) *x = v[u];  // (kBf: the S' update reads Bt)
             }
             st2(static_cast<T*>(ws.dDelta), (row0 + r) * D + j, v[0], v[1]);
             if constexpr (kBf) st2(Bt, r * LP + D + j, v[0], v[1]);  // rounded as stored

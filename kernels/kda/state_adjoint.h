@@ -200,7 +200,7 @@ KDA_DEV void state_adjoint_program(const FusedArgs& a, const BackwardWorkspace& 
         float v[2];
         for (int u = 0; u < 2; ++u) {
           v[u] = (kMap && c + u >= BV ? 0.0f : Dr[r * LB + c + u]) + q[e + u];
-          Dr[r * LB + c + u] = v[u];
+          if constexpr (!kBf) Dr[r * LB + c + u] = v[u];  // (kBf: the update reads Bt)
         }
         if constexpr (kBf) st2(Bt, r * LQ + BW + c, v[0], v[1]);  // rounded as the scans store it
       }
